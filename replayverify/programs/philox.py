@@ -1,0 +1,122 @@
+"""Philox4x32-10 (Salmon et al., SC 2011) and the draw rules of SPEC §2.
+
+Words are u32 values held in ``uint64`` arrays so that the 32x32 -> 64-bit products
+of the round function never overflow. The generator state is explicit: a key of two
+u32 words and a 128-bit counter of four u32 words (word 0 least significant).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+M0 = 0xD2511F53
+M1 = 0xCD9E8D57
+W0 = 0x9E3779B9
+W1 = 0xBB67AE85
+ROUNDS = 10
+
+MASK32 = 0xFFFFFFFF
+MASK64 = (1 << 64) - 1
+MOD128 = 1 << 128
+TWO_PI = 2.0 * np.pi
+
+
+class RngState(NamedTuple):
+    """The 24-byte generator state R: key (2 x u32) and counter (4 x u32, word 0 low)."""
+
+    key: tuple[int, int]
+    counter: tuple[int, int, int, int]
+
+    @property
+    def counter_int(self) -> int:
+        c = self.counter
+        return c[0] | (c[1] << 32) | (c[2] << 64) | (c[3] << 96)
+
+    def advanced(self, n: int) -> RngState:
+        """The state after consuming ``n`` blocks (counter + n mod 2^128)."""
+        return RngState(self.key, counter_words((self.counter_int + n) % MOD128))
+
+    def to_bytes(self) -> bytes:
+        """The 24 little-endian bytes of (key, counter): what the byte check compares."""
+        return np.array(self.key + self.counter, dtype="<u4").tobytes()
+
+
+def counter_words(value: int) -> tuple[int, int, int, int]:
+    """Split a 128-bit integer into four u32 words, least significant first."""
+    return tuple((value >> (32 * i)) & MASK32 for i in range(4))  # type: ignore[return-value]
+
+
+def counter_blocks(counter: int, n: int) -> np.ndarray:
+    """Counters ``counter + j`` for j in 0..n-1 (mod 2^128) as an (n, 4) uint64 word array."""
+    j = np.arange(n, dtype=np.uint64)
+    lo = np.uint64(counter & MASK64) + j  # wraps mod 2^64
+    carry = (lo < j).astype(np.uint64)
+    hi = np.uint64((counter >> 64) & MASK64) + carry
+    out = np.empty((n, 4), dtype=np.uint64)
+    m32 = np.uint64(MASK32)
+    s32 = np.uint64(32)
+    out[:, 0] = lo & m32
+    out[:, 1] = lo >> s32
+    out[:, 2] = hi & m32
+    out[:, 3] = hi >> s32
+    return out
+
+
+def philox4x32(blocks: np.ndarray, key: tuple[int, int]) -> np.ndarray:
+    """Philox4x32-10 of each row of ``blocks`` ((n, 4) u32 words in uint64) under ``key``."""
+    m32 = np.uint64(MASK32)
+    s32 = np.uint64(32)
+    c0, c1, c2, c3 = (blocks[:, i].astype(np.uint64) for i in range(4))
+    k0, k1 = int(key[0]), int(key[1])
+    for r in range(ROUNDS):
+        if r:
+            k0 = (k0 + W0) & MASK32
+            k1 = (k1 + W1) & MASK32
+        p0 = c0 * np.uint64(M0)
+        p1 = c2 * np.uint64(M1)
+        c0, c1, c2, c3 = (
+            (p1 >> s32) ^ c1 ^ np.uint64(k0),
+            p1 & m32,
+            (p0 >> s32) ^ c3 ^ np.uint64(k1),
+            p0 & m32,
+        )
+    return np.stack([c0, c1, c2, c3], axis=1)
+
+
+def words(state: RngState, n: int) -> np.ndarray:
+    """The (n, 4) Philox words of blocks counter+0 .. counter+(n-1)."""
+    return philox4x32(counter_blocks(state.counter_int, n), state.key)
+
+
+def uniforms(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(u1, u2) in [0, 1) float64: u1 from (w1<<32 | w0) >> 11, u2 from (w3<<32 | w2) >> 11."""
+    s11 = np.uint64(11)
+    s32 = np.uint64(32)
+    scale = 2.0**-53
+    u1 = (((w[:, 1] << s32) | w[:, 0]) >> s11).astype(np.float64) * scale
+    u2 = (((w[:, 3] << s32) | w[:, 2]) >> s11).astype(np.float64) * scale
+    return u1, u2
+
+
+def normals(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:
+    """Box-Muller exactly as SPEC §2: sqrt(-2 log1p(-u1)) * cos(TWO_PI * u2), float64."""
+    return np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(TWO_PI * u2)
+
+
+def keep_mask(u1: np.ndarray, keep, dtype) -> np.ndarray:
+    """Dropout mask: 1 where u1 < keep else 0, in ``dtype``."""
+    return (u1 < keep).astype(dtype)
+
+
+def draw_normals(state: RngState, n: int) -> tuple[np.ndarray, RngState]:
+    """n standard normals (float64) and the advanced state."""
+    u1, u2 = uniforms(words(state, n))
+    return normals(u1, u2), state.advanced(n)
+
+
+def draw_uniforms(state: RngState, n: int) -> tuple[np.ndarray, RngState]:
+    """n first uniforms u1 (float64) and the advanced state."""
+    u1, _ = uniforms(words(state, n))
+    return u1, state.advanced(n)

@@ -1,0 +1,460 @@
+"""Loading, validating and saving programs (SPEC §2 and §6).
+
+Validation happens here, before anything is evaluated or allocated: every rule of
+SPEC §2 raises :class:`ProgramError` naming the field and the reason. The interpreter
+may then assume a valid program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replayverify.programs.model import (
+    DEFAULT_MAX_BYTES,
+    DTYPES,
+    FLOAT_DTYPES,
+    FORMAT,
+    INT_DTYPES,
+    OP_SPECS,
+    VERSION,
+    Buffer,
+    DtypeRule,
+    Init,
+    Loss,
+    Op,
+    OpKind,
+    Program,
+    ProgramError,
+    Rng,
+    View,
+    view_bytes,
+)
+
+TOP_KEYS = {
+    "format", "version", "name", "buffers", "views", "init", "rng", "ops", "segments",
+    "inputs", "loss",
+}
+REQUIRED_TOP = ("format", "version", "buffers", "views", "ops", "loss")
+U32 = (0, 2**32 - 1)
+INT_RANGES = {d: (int(np.iinfo(d).min), int(np.iinfo(d).max)) for d in INT_DTYPES}
+
+
+# ---------------------------------------------------------------- parsing helpers
+
+
+def _reject_constant(name: str):
+    raise ProgramError("json", f"{name} is not a JSON number")
+
+
+def parse_json(text: str) -> Any:
+    """json.loads that refuses NaN, Infinity and -Infinity."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ProgramError("json", f"not valid JSON ({exc})") from None
+
+
+def _obj(value: Any, field: str, allowed: set[str], required: tuple[str, ...] = ()) -> dict:
+    if not isinstance(value, dict):
+        raise ProgramError(field, f"must be an object, got {type(value).__name__}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ProgramError(f"{field}.{unknown[0]}", "unknown key")
+    for key in required:
+        if key not in value:
+            raise ProgramError(f"{field}.{key}", "required key is missing")
+    return value
+
+
+def _list(value: Any, field: str) -> list:
+    if not isinstance(value, list):
+        raise ProgramError(field, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, field: str, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            value = int(value)
+        else:
+            raise ProgramError(field, f"must be an integer, got {value!r}")
+    if lo is not None and value < lo:
+        raise ProgramError(field, f"must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ProgramError(field, f"must be <= {hi}, got {value}")
+    return value
+
+
+def _float(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProgramError(field, f"must be a number, got {value!r}")
+    out = float(value)
+    if not math.isfinite(out):
+        raise ProgramError(field, f"must be finite, got {value!r}")
+    return out
+
+
+def _str(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise ProgramError(field, f"must be a string, got {value!r}")
+    return value
+
+
+def _name(value: Any, field: str) -> str:
+    name = _str(value, field)
+    if not name:
+        raise ProgramError(field, "must be a non-empty name")
+    return name
+
+
+# ---------------------------------------------------------------- from dict
+
+
+def program_from_dict(doc: Any, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
+    """Validate a decoded JSON document and build the :class:`Program`."""
+    doc = _obj(doc, "program", TOP_KEYS, REQUIRED_TOP)
+    if doc["format"] != FORMAT:
+        raise ProgramError("format", f"must be {FORMAT!r}, got {doc['format']!r}")
+    if isinstance(doc["version"], bool) or doc["version"] != VERSION:
+        raise ProgramError("version", f"must be {VERSION}, got {doc['version']!r}")
+    name = _str(doc.get("name", ""), "name")
+
+    buffers = _buffers(doc["buffers"], max_bytes)
+    views = _views(doc["views"], {b.name: b for b in buffers})
+    by_view = {v.name: v for v in views}
+    init = _init(doc.get("init", []), by_view)
+    rng = _rng(doc.get("rng", {}))
+    ops = tuple(_op(o, f"ops[{i}]", by_view) for i, o in enumerate(_list(doc["ops"], "ops")))
+    segments = _segments(doc.get("segments"), len(ops))
+    inputs = _inputs(doc.get("inputs", []), by_view)
+    loss = _loss(doc["loss"], by_view)
+    return Program(
+        buffers=buffers, views=views, ops=ops, loss=loss, name=name, init=init, rng=rng,
+        segments=segments, inputs=inputs,
+    )
+
+
+def _buffers(value: Any, max_bytes: int) -> tuple[Buffer, ...]:
+    out: list[Buffer] = []
+    seen: set[str] = set()
+    total = 0
+    for i, b in enumerate(_list(value, "buffers")):
+        field = f"buffers[{i}]"
+        b = _obj(b, field, {"name", "nbytes"}, ("name", "nbytes"))
+        name = _name(b["name"], f"{field}.name")
+        if name in seen:
+            raise ProgramError(f"{field}.name", f"duplicate buffer name {name!r}")
+        seen.add(name)
+        nbytes = _int(b["nbytes"], f"{field}.nbytes", lo=1)
+        total += nbytes
+        out.append(Buffer(name, nbytes))
+    if not out:
+        raise ProgramError("buffers", "a program needs at least one buffer")
+    if total > max_bytes:
+        raise ProgramError(
+            "buffers", f"total {total} bytes exceeds the limit of {max_bytes} bytes "
+            "(raise it with --max-bytes)"
+        )
+    return tuple(out)
+
+
+def _views(value: Any, buffers: dict[str, Buffer]) -> tuple[View, ...]:
+    out: list[View] = []
+    seen: set[str] = set()
+    keys = {"name", "buffer", "dtype", "offset", "shape", "strides"}
+    for i, v in enumerate(_list(value, "views")):
+        field = f"views[{i}]"
+        v = _obj(v, field, keys, tuple(sorted(keys)))
+        name = _name(v["name"], f"{field}.name")
+        if name in seen:
+            raise ProgramError(f"{field}.name", f"duplicate view name {name!r}")
+        seen.add(name)
+        buf = _str(v["buffer"], f"{field}.buffer")
+        if buf not in buffers:
+            raise ProgramError(f"{field}.buffer", f"unknown buffer {buf!r}")
+        dtype = _str(v["dtype"], f"{field}.dtype")
+        if dtype not in DTYPES:
+            raise ProgramError(f"{field}.dtype", f"must be one of {sorted(DTYPES)}, got {dtype!r}")
+        item = DTYPES[dtype].itemsize
+        offset = _int(v["offset"], f"{field}.offset", lo=0)
+        if offset % item:
+            raise ProgramError(f"{field}.offset", f"{offset} is not a multiple of itemsize {item}")
+        shape = tuple(_int(n, f"{field}.shape[{j}]", lo=1) for j, n in
+                      enumerate(_list(v["shape"], f"{field}.shape")))
+        strides = tuple(_int(s, f"{field}.strides[{j}]") for j, s in
+                        enumerate(_list(v["strides"], f"{field}.strides")))
+        if len(shape) not in (1, 2):
+            raise ProgramError(f"{field}.shape", f"must be 1-D or 2-D, got {len(shape)} dims")
+        if len(strides) != len(shape):
+            raise ProgramError(f"{field}.strides", "must have one stride per dimension")
+        for j, s in enumerate(strides):
+            if s <= 0:
+                raise ProgramError(f"{field}.strides[{j}]", f"must be positive, got {s}")
+            if s % item:
+                raise ProgramError(
+                    f"{field}.strides[{j}]", f"{s} is not a multiple of itemsize {item}"
+                )
+        end = offset + sum((n - 1) * s for n, s in zip(shape, strides)) + item
+        if end > buffers[buf].nbytes:
+            raise ProgramError(
+                field, f"elements reach byte {end} of buffer {buf!r} ({buffers[buf].nbytes} bytes)"
+            )
+        view = View(name, buf, dtype, offset, shape, strides)
+        if len(shape) == 2:  # a 1-D view with stride >= itemsize cannot overlap itself
+            starts = np.sort(view.element_starts())
+            if np.any(np.diff(starts) < item):
+                raise ProgramError(f"{field}.strides", "elements of the view overlap each other")
+        out.append(view)
+    return tuple(out)
+
+
+def _view_ref(value: Any, field: str, views: dict[str, View]) -> View:
+    name = _str(value, field)
+    if name not in views:
+        raise ProgramError(field, f"unknown view {name!r}")
+    return views[name]
+
+
+def _init(value: Any, views: dict[str, View]) -> tuple[Init, ...]:
+    out = []
+    for i, e in enumerate(_list(value, "init")):
+        field = f"init[{i}]"
+        e = _obj(e, field, {"view", "values"}, ("view", "values"))
+        view = _view_ref(e["view"], f"{field}.view", views)
+        vals = _list(e["values"], f"{field}.values")
+        if len(vals) != view.size:
+            raise ProgramError(
+                f"{field}.values", f"has {len(vals)} values, view {view.name!r} has {view.size}"
+            )
+        out.append(Init(view.name, _values(vals, view.dtype, f"{field}.values")))
+    return tuple(out)
+
+
+def _values(vals: list, dtype: str, field: str) -> tuple:
+    if dtype in INT_DTYPES:
+        lo, hi = INT_RANGES[dtype]
+        return tuple(_int(x, f"{field}[{j}]", lo, hi) for j, x in enumerate(vals))
+    out = tuple(_float(x, f"{field}[{j}]") for j, x in enumerate(vals))
+    if dtype == "float32":
+        big = [j for j, x in enumerate(out) if abs(x) > np.finfo(np.float32).max]
+        if big:
+            raise ProgramError(f"{field}[{big[0]}]", "does not fit float32")
+    return out
+
+
+def _rng(value: Any) -> Rng:
+    r = _obj(value, "rng", {"key", "counter"})
+    key = tuple(_int(w, f"rng.key[{j}]", *U32) for j, w in enumerate(_list(r.get("key", [0, 0]),
+                                                                            "rng.key")))
+    counter = tuple(_int(w, f"rng.counter[{j}]", *U32)
+                    for j, w in enumerate(_list(r.get("counter", [0, 0, 0, 0]), "rng.counter")))
+    if len(key) != 2:
+        raise ProgramError("rng.key", f"must have 2 u32 words, got {len(key)}")
+    if len(counter) != 4:
+        raise ProgramError("rng.counter", f"must have 4 u32 words, got {len(counter)}")
+    return Rng(key, counter)  # type: ignore[arg-type]
+
+
+def _op(value: Any, field: str, views: dict[str, View]) -> Op:
+    if not isinstance(value, dict):
+        raise ProgramError(field, f"must be an object, got {type(value).__name__}")
+    kind_name = value.get("op")
+    try:
+        kind = OpKind(kind_name)
+    except ValueError:
+        raise ProgramError(f"{field}.op", f"unknown op {kind_name!r}") from None
+    spec = OP_SPECS[kind]
+    names = spec.view_fields
+    _obj(value, field, {"op", *names, *(c.name for c in spec.coefs)}, ("op", *names))
+    vs = {f: _view_ref(value[f], f"{field}.{f}", views) for f in names}
+    dst = vs["dst"]
+    for src in spec.sources:
+        if vs[src].dtype != dst.dtype:
+            raise ProgramError(
+                f"{field}.{src}", f"dtype {vs[src].dtype} differs from dst dtype {dst.dtype}"
+            )
+    if spec.dtypes is DtypeRule.FLOAT and not dst.is_float:
+        raise ProgramError(f"{field}.dst", f"{kind.value} needs float views, got {dst.dtype}")
+    if spec.dtypes is DtypeRule.INT and dst.is_float:
+        raise ProgramError(f"{field}.dst", f"{kind.value} needs integer views, got {dst.dtype}")
+    if kind is OpKind.GATHER:
+        _shape_check(vs["index"], dst.shape, f"{field}.index")
+        if len(vs["x"].shape) != 1:
+            raise ProgramError(f"{field}.x", "gather needs a 1-D source")
+    elif kind is OpKind.SCATTER:
+        _shape_check(vs["index"], vs["x"].shape, f"{field}.index")
+        if len(dst.shape) != 1:
+            raise ProgramError(f"{field}.dst", "scatter needs a 1-D destination")
+    else:
+        for src in spec.sources:
+            _shape_check(vs[src], dst.shape, f"{field}.{src}")
+    if spec.indexed and vs["index"].is_float:
+        raise ProgramError(f"{field}.index", f"must be an integer view, got {vs['index'].dtype}")
+    coefs: dict[str, float | int] = {}
+    for c in spec.coefs:
+        cf = f"{field}.{c.name}"
+        if c.name not in value:
+            if c.default is None:
+                raise ProgramError(cf, "required key is missing")
+            coefs[c.name] = c.default
+        elif c.kind == "int":
+            coefs[c.name] = _int(value[c.name], cf, *INT_RANGES[dst.dtype])
+        else:
+            coefs[c.name] = _float(value[c.name], cf)
+            if dst.dtype == "float32" and abs(coefs[c.name]) > np.finfo(np.float32).max:
+                raise ProgramError(cf, "does not fit float32")
+    if kind is OpKind.DROPOUT:
+        keep = float(np.asarray(coefs["keep"], dtype=DTYPES[dst.dtype]))
+        if not 0.0 < keep <= 1.0:
+            raise ProgramError(f"{field}.keep", f"must be in (0, 1], got {coefs['keep']!r}")
+    return Op(kind=kind, **{f: vs[f].name for f in names}, **coefs)
+
+
+def _shape_check(view: View, shape: tuple[int, ...], field: str) -> None:
+    if view.shape != shape:
+        raise ProgramError(field, f"shape {list(view.shape)} must be {list(shape)}")
+
+
+def _segments(value: Any, n_ops: int) -> tuple[int, ...]:
+    if value is None:
+        return (n_ops,)
+    segs = tuple(_int(n, f"segments[{j}]", lo=0) for j, n in
+                 enumerate(_list(value, "segments")))
+    if not segs:
+        raise ProgramError("segments", "must list at least one segment")
+    if sum(segs) != n_ops:
+        raise ProgramError("segments", f"sum to {sum(segs)}, the program has {n_ops} ops")
+    return segs
+
+
+def _inputs(value: Any, views: dict[str, View]) -> tuple[str, ...]:
+    names: list[str] = []
+    covers: list[tuple[View, np.ndarray]] = []
+    for i, n in enumerate(_list(value, "inputs")):
+        field = f"inputs[{i}]"
+        view = _view_ref(n, field, views)
+        if not view.is_float:
+            raise ProgramError(field, f"input view {view.name!r} must be float, got {view.dtype}")
+        if view.name in names:
+            raise ProgramError(field, f"duplicate input {view.name!r}")
+        cover = np.unique(view_bytes(view))
+        for other, ocover in covers:
+            if other.buffer == view.buffer and np.intersect1d(cover, ocover).size:
+                raise ProgramError(field, f"input {view.name!r} overlaps input {other.name!r}")
+        covers.append((view, cover))
+        names.append(view.name)
+    return tuple(names)
+
+
+def _loss(value: Any, views: dict[str, View]) -> Loss:
+    loss = _obj(value, "loss", {"view", "weights"}, ("view", "weights"))
+    view = _view_ref(loss["view"], "loss.view", views)
+    weights = _list(loss["weights"], "loss.weights")
+    if len(weights) != view.size:
+        raise ProgramError(
+            "loss.weights", f"has {len(weights)} weights, view {view.name!r} has {view.size}"
+        )
+    return Loss(view.name, tuple(_float(w, f"loss.weights[{j}]") for j, w in enumerate(weights)))
+
+
+# ---------------------------------------------------------------- loading and saving
+
+
+def load_program(
+    source: str | os.PathLike | dict | Program, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Program:
+    """Load a program from a path, JSON text or a decoded dict (validated, SPEC §2)."""
+    if isinstance(source, Program):
+        return program_from_dict(program_to_dict(source), max_bytes=max_bytes)
+    if isinstance(source, dict):
+        return program_from_dict(source, max_bytes=max_bytes)
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        return program_from_dict(parse_json(source), max_bytes=max_bytes)
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProgramError(str(path), f"cannot read file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ProgramError(str(path), "is not UTF-8 text") from None
+    return program_from_dict(parse_json(text), max_bytes=max_bytes)
+
+
+def program_to_dict(program: Program) -> dict:
+    """The canonical document: every default filled in (SPEC §6)."""
+    views = {v.name: v for v in program.views}
+    ops = []
+    for op in program.ops:
+        d: dict[str, Any] = {"op": op.kind.value}
+        for f in op.spec.view_fields:
+            d[f] = getattr(op, f)
+        for c in op.spec.coefs:
+            val = getattr(op, c.name)
+            d[c.name] = int(val) if c.kind == "int" else float(val)
+        ops.append(d)
+    init = []
+    for e in program.init:
+        is_int = views[e.view].dtype in INT_DTYPES
+        init.append({"view": e.view, "values": [int(x) if is_int else float(x) for x in e.values]})
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": program.name,
+        "buffers": [{"name": b.name, "nbytes": b.nbytes} for b in program.buffers],
+        "views": [
+            {"name": v.name, "buffer": v.buffer, "dtype": v.dtype, "offset": v.offset,
+             "shape": list(v.shape), "strides": list(v.strides)}
+            for v in program.views
+        ],
+        "init": init,
+        "rng": {"key": list(program.rng.key), "counter": list(program.rng.counter)},
+        "ops": ops,
+        "segments": list(program.segments),
+        "inputs": list(program.inputs),
+        "loss": {"view": program.loss.view, "weights": [float(w) for w in program.loss.weights]},
+    }
+
+
+def program_to_json(program: Program, *, indent: int | None = 2) -> str:
+    """Readable JSON of the canonical document (keys in the order SPEC §2 shows)."""
+    return json.dumps(program_to_dict(program), indent=indent, allow_nan=False)
+
+
+def canonical_json(program: Program) -> str:
+    """Keys sorted, separators ``,`` and ``:``, defaults filled in (SPEC §6)."""
+    return json.dumps(
+        program_to_dict(program), sort_keys=True, separators=(",", ":"), allow_nan=False
+    )
+
+
+def program_sha256(program: Program) -> str:
+    return hashlib.sha256(canonical_json(program).encode("utf-8")).hexdigest()
+
+
+def save_program(program: Program, path: str | os.PathLike) -> None:
+    """Write the program as readable canonical JSON, atomically."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(program_to_json(program) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+__all__ = [
+    "FLOAT_DTYPES",
+    "ProgramError",
+    "canonical_json",
+    "load_program",
+    "parse_json",
+    "program_from_dict",
+    "program_sha256",
+    "program_to_dict",
+    "program_to_json",
+    "save_program",
+]

@@ -1,0 +1,411 @@
+"""The versioned reference interpreter (SPEC §3): the living definition of the IR.
+
+Execution gathers each op's operands from the byte buffers (all reads before the
+first write), computes with the op's forward rule, and scatters the results. Beside
+the bytes it tracks, per byte, the version id of its last writer. Every element an op
+writes is a new version node; nodes are stored per op as arrays (operand version ids,
+operand values, consumed random values), never as one Python object per element.
+The reverse sweep over that graph gives dL/d(inputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from replayverify.programs.model import DTYPES, Op, OpKind, Program
+from replayverify.programs.philox import RngState, keep_mask, normals, uniforms, words
+from replayverify.programs.state import Snapshot, State, ViewLayout, initial_state, layouts
+
+# ---------------------------------------------------------------- forward rules
+#
+# A forward rule maps (op, operands, draws, dtype) to (values, where): ``values`` are
+# the new dst elements (flat, dst dtype) at flat positions ``where`` (None: all, in
+# order). Coefficients are first converted to the view's dtype, and every formula is
+# evaluated left to right with numpy ufuncs exactly as SPEC §2 writes it.
+
+Operands = dict[str, np.ndarray]
+ForwardRule = Callable[[Op, Operands, "np.ndarray | None", np.dtype], tuple]
+
+
+def _c(op: Op, name: str, dtype: np.dtype):
+    return dtype.type(op.coef(name))
+
+
+def _axpby(op, o, d, t):
+    return ((_c(op, "a", t) * o["x"] + _c(op, "b", t) * o["y"]) + _c(op, "c", t)), None
+
+
+def _gather(op, o, d, t):
+    x = o["x"].reshape(-1)
+    return x[np.mod(o["index"].reshape(-1), x.size)], None
+
+
+def scatter_winners(index: np.ndarray, n: int, last_wins: bool = True):
+    """(positions, sources): for each dst position hit, the j that wins (the last by SPEC)."""
+    pos = np.mod(index.reshape(-1).astype(np.int64), n)
+    if last_wins:
+        uniq, first_rev = np.unique(pos[::-1], return_index=True)
+        return uniq, pos.size - 1 - first_rev
+    uniq, first = np.unique(pos, return_index=True)
+    return uniq, first
+
+
+def _scatter(op, o, d, t):
+    where, src = scatter_winners(o["index"], o["dst_size"])
+    return o["x"].reshape(-1)[src], where
+
+
+FORWARD: dict[OpKind, ForwardRule] = {
+    OpKind.AXPBY: _axpby,
+    OpKind.MUL: lambda op, o, d, t: (o["x"] * o["y"], None),
+    OpKind.TANH: lambda op, o, d, t: (np.tanh(_c(op, "a", t) * o["x"]), None),
+    OpKind.SIN: lambda op, o, d, t: (np.sin(_c(op, "a", t) * o["x"]), None),
+    OpKind.COPY: lambda op, o, d, t: (o["x"].copy(), None),
+    OpKind.NOISE: lambda op, o, d, t: (o["x"] + _c(op, "sigma", t) * d.reshape(o["x"].shape),
+                                       None),
+    OpKind.DROPOUT: lambda op, o, d, t: ((o["x"] * d.reshape(o["x"].shape)) / _c(op, "keep", t),
+                                         None),
+    OpKind.GATHER: _gather,
+    OpKind.SCATTER: _scatter,
+    OpKind.IADD: lambda op, o, d, t: (o["x"] + _c(op, "k", t), None),
+    OpKind.IXOR: lambda op, o, d, t: (o["x"] ^ _c(op, "k", t), None),
+    OpKind.ICOPY: lambda op, o, d, t: (o["x"].copy(), None),
+}
+
+
+def draw(op: Op, rng: RngState, n: int, dtype: np.dtype) -> tuple[np.ndarray, RngState]:
+    """The random values op consumes from ``rng``: z cast to dtype (noise) or the mask."""
+    u1, u2 = uniforms(words(rng, n))
+    if op.kind is OpKind.NOISE:
+        values = normals(u1, u2).astype(dtype)
+    else:
+        values = keep_mask(u1, dtype.type(op.keep), dtype)
+    return values, rng.advanced(n)
+
+
+@dataclass
+class OpEvent:
+    """What one op did: operands read, values written at ``where``, draws consumed."""
+
+    index: int
+    operands: Operands
+    values: np.ndarray
+    where: np.ndarray | None
+    draws: np.ndarray | None
+    rng_before: RngState
+
+
+def execute_op(
+    program: Program,
+    k: int,
+    state: State,
+    *,
+    draws: np.ndarray | None = None,
+    forward: dict[OpKind, ForwardRule] = FORWARD,
+) -> OpEvent:
+    """Run op ``k`` on ``state`` in place: gather, compute, scatter (memmove semantics).
+
+    ``draws`` replays recorded random values instead of drawing; the generator is
+    advanced by the op's element count either way, so bytes and R stay exact.
+    """
+    op = program.ops[k]
+    lay = layouts(program)
+    dst = lay[op.dst]
+    operands = {f: state.read(lay[getattr(op, f)]) for f in op.spec.sources}
+    if op.spec.indexed:
+        operands["index"] = state.read(lay[op.index])
+        operands["dst_size"] = dst.size  # type: ignore[assignment]
+    rng_before = state.rng
+    if op.spec.draws:
+        fresh, state.rng = draw(op, state.rng, dst.size, dst.dtype)
+        draws = fresh if draws is None else draws
+    with np.errstate(over="ignore", invalid="ignore"):
+        values, where = forward[op.kind](op, operands, draws, dst.dtype)
+    values = np.asarray(values).astype(dst.dtype, copy=False).reshape(-1)
+    state.write(dst, values, where)
+    operands.pop("dst_size", None)
+    return OpEvent(k, operands, values, where, draws, rng_before)
+
+
+def run_forward(program: Program, state: State | None = None, start: int = 0,
+                stop: int | None = None) -> State:
+    """Plain (unversioned) execution of ops ``start:stop``; returns the state."""
+    state = initial_state(program) if state is None else state
+    for k in range(start, len(program.ops) if stop is None else stop):
+        execute_op(program, k, state)
+    return state
+
+
+def loss_of(program: Program, state: State) -> float:
+    """L = sum(weights * view) in float64, read from ``state``."""
+    values = state.read(layouts(program)[program.loss.view]).astype(np.float64).reshape(-1)
+    return float(np.sum(np.asarray(program.loss.weights, dtype=np.float64) * values))
+
+
+# ---------------------------------------------------------------- reverse rules
+#
+# A reverse rule maps (op, record, gbar) to {source field: contribution per source
+# element} with gbar the adjoints of the written elements (at ``record.where``).
+# Derivatives are evaluated in float64 from the recorded operand values.
+
+ReverseRule = Callable[[Op, "OpRecord", np.ndarray], dict]
+
+
+def _f64(op: Op, name: str, dtype: np.dtype) -> float:
+    return float(dtype.type(op.coef(name)))
+
+
+def _rev_gather(op, rec, g):
+    n = rec.operands["x"].size
+    dx = np.zeros(n)
+    np.add.at(dx, np.mod(rec.operands["index"].reshape(-1).astype(np.int64), n), g)
+    return {"x": dx}
+
+
+def _rev_scatter(op, rec, g):
+    n_dst = rec.dst_size
+    _, src = scatter_winners(rec.operands["index"], n_dst)
+    dx = np.zeros(rec.operands["x"].size)
+    dx[src] = g  # winners come sorted by dst position, as the written elements do
+    return {"x": dx}
+
+
+def _x(rec) -> np.ndarray:
+    return rec.operands["x"].reshape(-1).astype(np.float64)
+
+
+REVERSE: dict[OpKind, ReverseRule | None] = {
+    OpKind.AXPBY: lambda op, rec, g: {"x": g * _f64(op, "a", rec.dtype),
+                                      "y": g * _f64(op, "b", rec.dtype)},
+    OpKind.MUL: lambda op, rec, g: {"x": g * rec.operands["y"].reshape(-1).astype(np.float64),
+                                    "y": g * _x(rec)},
+    OpKind.TANH: lambda op, rec, g: {
+        "x": g * _f64(op, "a", rec.dtype)
+        * (1.0 - np.tanh(_f64(op, "a", rec.dtype) * _x(rec)) ** 2)},
+    OpKind.SIN: lambda op, rec, g: {
+        "x": g * _f64(op, "a", rec.dtype) * np.cos(_f64(op, "a", rec.dtype) * _x(rec))},
+    OpKind.COPY: lambda op, rec, g: {"x": g},
+    OpKind.NOISE: lambda op, rec, g: {"x": g},
+    OpKind.DROPOUT: lambda op, rec, g: {
+        "x": g * rec.draws.astype(np.float64) / _f64(op, "keep", rec.dtype)},
+    OpKind.GATHER: _rev_gather,
+    OpKind.SCATTER: _rev_scatter,
+    # Integer ops write integers: nothing flows back through them.
+    OpKind.IADD: None,
+    OpKind.IXOR: None,
+    OpKind.ICOPY: None,
+}
+
+
+# ---------------------------------------------------------------- versioning
+
+CONST = -1  # version id of bytes never written by a float op and not in an input
+BAD = -2  # version id of a float read that admission refused
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Whether the derivative is defined (SPEC §3), and if not, where and why."""
+
+    supported: bool
+    reason: str = ""
+    op: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"supported": self.supported, "reason": self.reason}
+
+
+@dataclass
+class OpRecord:
+    """The version nodes one op created, stored as arrays."""
+
+    index: int
+    op: Op
+    dtype: np.dtype
+    float_op: bool
+    read_vids: dict[str, np.ndarray]  # per differentiable source field, one id per element
+    operands: Operands
+    out_vids: np.ndarray  # ids of the written elements (at ``where``)
+    where: np.ndarray | None
+    draws: np.ndarray | None
+    dst_size: int
+
+
+class _Nodes:
+    """Growable per-node attributes: the op that wrote it, dtype code, first byte."""
+
+    def __init__(self) -> None:
+        self.op = np.empty(64, np.int64)
+        self.dtype = np.empty(64, np.int8)
+        self.start = np.empty(64, np.int64)
+        self.n = 0
+
+    def add(self, op: int, dtype_code: int, starts: np.ndarray) -> np.ndarray:
+        m = starts.size
+        while self.n + m > self.op.size:
+            for name in ("op", "dtype", "start"):
+                old = getattr(self, name)
+                new = np.empty(old.size * 2, old.dtype)
+                new[: self.n] = old[: self.n]
+                setattr(self, name, new)
+        ids = np.arange(self.n, self.n + m, dtype=np.int64)
+        self.op[ids] = op
+        self.dtype[ids] = dtype_code
+        self.start[ids] = starts
+        self.n += m
+        return ids
+
+
+DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
+DTYPE_NAME = {i: name for name, i in DTYPE_CODE.items()}
+INPUT_OP = -1
+
+
+@dataclass
+class Execution:
+    """The result of running a program with the versioned interpreter."""
+
+    program: Program
+    state: State  # final (B_T, R_T)
+    records: list[OpRecord]
+    input_vids: np.ndarray
+    loss_vids: np.ndarray
+    loss: float
+    admission: Admission
+    n_nodes: int
+    boundaries: list[Snapshot] = field(default_factory=list)  # B_s, R_s for s = 0..S
+
+    @property
+    def buffers(self) -> dict[str, bytes]:
+        return {k: v.tobytes() for k, v in self.state.buffers.items()}
+
+    @property
+    def rng(self) -> RngState:
+        return self.state.rng
+
+    @property
+    def final(self) -> Snapshot:
+        return self.state.snapshot()
+
+    @property
+    def gradient(self) -> np.ndarray | None:
+        """dL/d(inputs) by the reverse sweep, or None when admission refused it."""
+        if not self.admission.supported:
+            return None
+        if not hasattr(self, "_gradient"):
+            self._gradient = reverse_sweep(self)
+        return self._gradient
+
+
+def _resolve(nodes: _Nodes, writer: np.ndarray, layout: ViewLayout, k: int,
+             what: str) -> tuple[np.ndarray, str]:
+    """Version id read by each element of a float view, or BAD with the first reason."""
+    item = layout.dtype.itemsize
+    ids = writer[layout.byte_index].reshape(-1, item)
+    first = ids[:, 0]
+    uniform = np.all(ids == first[:, None], axis=1)
+    written = first >= 0
+    safe = np.where(written, first, 0)
+    same_write = (nodes.dtype[safe] == DTYPE_CODE[layout.view.dtype]) & (
+        nodes.start[safe] == layout.starts
+    )
+    ok = uniform & (~written | same_write)
+    if ok.all():
+        return first, ""
+    j = int(np.flatnonzero(~ok)[0])
+    row = ids[j]
+    reason = _refusal(nodes, row, layout, j, k, what)
+    return np.where(ok, first, BAD), reason
+
+
+def _refusal(nodes: _Nodes, row: np.ndarray, layout: ViewLayout, j: int, k: int,
+             what: str) -> str:
+    where = f"float read at {what} (view {layout.view.name!r} element {j})"
+    for v in row:
+        if v >= 0 and DTYPE_NAME[int(nodes.dtype[v])] not in ("float64", "float32"):
+            return f"{where} of bytes last written by integer op {int(nodes.op[v])}"
+    writers = sorted({int(v) for v in row})
+    if len(writers) > 1:
+        ops = sorted({("input" if v >= 0 and nodes.op[v] == INPUT_OP else
+                       "constant" if v < 0 else f"op {int(nodes.op[v])}") for v in writers})
+        return f"{where} of bytes from several writes ({', '.join(ops)})"
+    v = writers[0]
+    src = "an input" if nodes.op[v] == INPUT_OP else f"op {int(nodes.op[v])}"
+    return (f"{where} of bytes written by {src} as {DTYPE_NAME[int(nodes.dtype[v])]} "
+            f"at a different byte extent")
+
+
+def execute(program: Program, *, record_boundaries: bool = True) -> Execution:
+    """Run ``program`` with version tracking (SPEC §3)."""
+    lay = layouts(program)
+    state = initial_state(program)
+    nodes = _Nodes()
+    writer = {b.name: np.full(b.nbytes, CONST, dtype=np.int64) for b in program.buffers}
+
+    input_ids = []
+    for name in program.inputs:
+        layout = lay[name]
+        ids = nodes.add(INPUT_OP, DTYPE_CODE[layout.view.dtype], layout.starts)
+        writer[layout.view.buffer][layout.byte_index] = np.repeat(ids, layout.dtype.itemsize)
+        input_ids.append(ids)
+    input_vids = np.concatenate(input_ids) if input_ids else np.empty(0, np.int64)
+
+    admission = Admission(True)
+    records: list[OpRecord] = []
+    cuts = np.cumsum((0,) + program.segments).tolist()  # ops done at each boundary
+    boundaries: list[Snapshot] = []
+    if record_boundaries:
+        boundaries += [state.snapshot()] * cuts.count(0)
+
+    for k, op in enumerate(program.ops):
+        dst = lay[op.dst]
+        float_op = dst.view.is_float
+        read_vids = {}
+        if float_op:
+            for f in op.spec.sources:
+                src = lay[getattr(op, f)]
+                vids, reason = _resolve(nodes, writer[src.view.buffer], src, k, f"op {k}")
+                read_vids[f] = vids
+                if reason and admission.supported:
+                    admission = Admission(False, reason, k)
+        ev = execute_op(program, k, state)
+        starts = dst.starts if ev.where is None else dst.starts[ev.where]
+        out = nodes.add(k, DTYPE_CODE[dst.view.dtype], starts)
+        item = dst.dtype.itemsize
+        writer[dst.view.buffer][dst.bytes_of(ev.where)] = np.repeat(out, item)
+        records.append(OpRecord(k, op, dst.dtype, float_op, read_vids, ev.operands, out,
+                                ev.where, ev.draws, dst.size))
+        if record_boundaries and (k + 1) in cuts:
+            boundaries += [state.snapshot()] * cuts.count(k + 1)
+
+    loss_layout = lay[program.loss.view]
+    loss_vids = np.full(loss_layout.size, CONST, dtype=np.int64)
+    if loss_layout.view.is_float:
+        loss_vids, reason = _resolve(nodes, writer[loss_layout.view.buffer], loss_layout,
+                                     len(program.ops), "the loss")
+        if reason and admission.supported:
+            admission = Admission(False, reason, None)
+    return Execution(program, state, records, input_vids, loss_vids, loss_of(program, state),
+                     admission, nodes.n, boundaries)
+
+
+def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
+    mask = vids >= 0
+    np.add.at(adj, vids[mask], contrib[mask])
+
+
+def reverse_sweep(ex: Execution) -> np.ndarray:
+    """vbar_p(k) += vbar_k * f_k'(v_p(k)) over the version graph, in reverse op order."""
+    adj = np.zeros(ex.n_nodes, dtype=np.float64)
+    _accumulate(adj, ex.loss_vids, np.asarray(ex.program.loss.weights, dtype=np.float64))
+    for rec in reversed(ex.records):
+        rule = REVERSE[rec.op.kind]
+        if rule is None or not rec.float_op or rec.out_vids.size == 0:
+            continue
+        g = adj[rec.out_vids]
+        for f, contrib in rule(rec.op, rec, g).items():
+            _accumulate(adj, rec.read_vids[f], contrib)
+    return adj[ex.input_vids].copy()

@@ -1,0 +1,129 @@
+"""Program state (B, R) and typed access to views over byte buffers.
+
+Every op gathers its operands into contiguous arrays and scatters its results, so
+reads and writes go through byte-index arrays computed once per view. The same code
+runs on any array module ``xp`` that supports integer indexing and ``.view(dtype)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from replayverify.programs.model import DTYPES, Program, View, view_bytes
+from replayverify.programs.philox import RngState
+
+
+@dataclass(frozen=True)
+class ViewLayout:
+    """Where a view's elements live: its buffer, dtype, shape and byte indices."""
+
+    view: View
+    dtype: np.dtype
+    starts: np.ndarray  # first byte of each element, row-major (int64)
+    byte_index: np.ndarray  # every byte of every element, element-major (int64)
+
+    @property
+    def size(self) -> int:
+        return self.view.size
+
+    def bytes_of(self, where: np.ndarray | None) -> np.ndarray:
+        """Byte indices of the elements at flat positions ``where`` (all when None)."""
+        if where is None:
+            return self.byte_index
+        item = self.dtype.itemsize
+        return (self.starts[where][:, None] + np.arange(item, dtype=np.int64)).reshape(-1)
+
+
+@lru_cache(maxsize=256)
+def layouts(program: Program) -> dict[str, ViewLayout]:
+    """Layouts of every view of a (validated) program, computed once per program."""
+    out = {}
+    for v in program.views:
+        starts = v.element_starts()
+        for arr in (starts,):
+            arr.setflags(write=False)
+        idx = view_bytes(v)
+        idx.setflags(write=False)
+        out[v.name] = ViewLayout(v, DTYPES[v.dtype], starts, idx)
+    return out
+
+
+@dataclass
+class State:
+    """Mutable (B, R): one uint8 array per buffer and the Philox state."""
+
+    buffers: dict[str, np.ndarray]
+    rng: RngState
+
+    def copy(self) -> State:
+        return State({k: v.copy() for k, v in self.buffers.items()}, self.rng)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot({k: bytes(np.asarray(v).tobytes()) for k, v in self.buffers.items()},
+                        self.rng)
+
+    def read(self, layout: ViewLayout) -> np.ndarray:
+        """Gather a view's values into a fresh contiguous array of its shape."""
+        buf = self.buffers[layout.view.buffer]
+        return buf[layout.byte_index].view(layout.dtype).reshape(layout.view.shape)
+
+    def write(self, layout: ViewLayout, values, where: np.ndarray | None = None) -> None:
+        """Scatter ``values`` (flat, in the view's dtype) to the view's elements ``where``."""
+        buf = self.buffers[layout.view.buffer]
+        raw = values.astype(layout.dtype, copy=False).reshape(-1)
+        buf[layout.bytes_of(where)] = raw.view(np.uint8)
+
+    def matches(self, snap: Snapshot) -> bool:
+        return self.snapshot() == snap
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Immutable (B, R): buffer bytes by name and the generator state."""
+
+    buffers: dict[str, bytes]
+    rng: RngState
+
+    def state(self) -> State:
+        return State(
+            {k: np.frombuffer(v, dtype=np.uint8).copy() for k, v in self.buffers.items()},
+            self.rng,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return self.rng == other.rng and self.buffers == other.buffers
+
+    def __hash__(self) -> int:
+        return hash((tuple(sorted(self.buffers.items())), self.rng))
+
+    def differences(self, other: Snapshot) -> list[str]:
+        """Human-readable list of what differs: buffers (first byte) and the generator."""
+        out = []
+        for name, data in self.buffers.items():
+            theirs = other.buffers.get(name)
+            if theirs != data:
+                a = np.frombuffer(data, np.uint8)
+                b = np.frombuffer(theirs or b"", np.uint8)
+                n = min(a.size, b.size)
+                diff = np.flatnonzero(a[:n] != b[:n])
+                first = int(diff[0]) if diff.size else n
+                out.append(f"buffer {name!r} differs from byte {first}")
+        if self.rng != other.rng:
+            out.append(f"generator state {tuple(other.rng)} != {tuple(self.rng)}")
+        return out
+
+
+def initial_state(program: Program) -> State:
+    """Zeroed buffers, then ``init`` applied in order, and the program's generator state."""
+    bufs = {b.name: np.zeros(b.nbytes, dtype=np.uint8) for b in program.buffers}
+    state = State(bufs, RngState(program.rng.key, program.rng.counter))
+    lay = layouts(program)
+    for e in program.init:
+        layout = lay[e.view]
+        state.write(layout, np.asarray(e.values).astype(layout.dtype))
+    return state

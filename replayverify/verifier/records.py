@@ -1,0 +1,64 @@
+"""Check records and the tolerance of SPEC §5: one record per (program, check, engine)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+OUTCOMES = ("match", "diverge", "unsupported", "rejected", "error", "detected", "missed")
+FAILING = ("diverge", "error", "missed")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One verdict. ``engine`` is "" for checks that involve no engine."""
+
+    program: str
+    sha256: str
+    check: str
+    engine: str
+    outcome: str
+    max_abs_err: float | None
+    detail: str = ""
+    seconds: float = 0.0
+    metrics: dict = field(default_factory=dict)  # retained_bytes, temporary_bytes, replayed_ops
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {self.outcome!r}")
+
+    @property
+    def failing(self) -> bool:
+        return self.outcome in FAILING
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        metrics = d.pop("metrics")
+        d.update(metrics)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=False, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Record:
+        base = {k: d[k] for k in ("program", "sha256", "check", "engine", "outcome",
+                                  "max_abs_err")}
+        extra = {k: v for k, v in d.items() if k not in base and k not in ("detail", "seconds")}
+        return cls(**base, detail=d.get("detail", ""), seconds=d.get("seconds", 0.0),
+                   metrics=extra)
+
+
+def tolerance(dtype: str, n_ops: int, g_ref: np.ndarray) -> float:
+    """|g - g_ref| <= 64 * eps(dtype) * n_ops * max(1, max|g_ref|)  (SPEC §5)."""
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    scale = max(1.0, float(np.max(np.abs(g_ref)))) if np.size(g_ref) else 1.0
+    return 64.0 * eps * n_ops * scale
+
+
+def max_abs_err(g: np.ndarray, g_ref: np.ndarray) -> float:
+    if np.size(g_ref) == 0:
+        return 0.0
+    return float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(g_ref, np.float64))))

@@ -41,3 +41,7 @@ __all__ = [
     "load_program", "loss_of", "program_from_dict", "program_sha256", "program_to_dict",
     "run_forward", "save_program",
 ]
+
+from replayverify.programs.generate import FAMILIES, generate, generate_with_attempts  # noqa: E402
+
+__all__ += ["FAMILIES", "generate", "generate_with_attempts"]

@@ -11,7 +11,7 @@ The reverse sweep over that graph gives dL/d(inputs).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -142,7 +142,8 @@ def run_forward(program: Program, state: State | None = None, start: int = 0,
 def loss_of(program: Program, state: State) -> float:
     """L = sum(weights * view) in float64, read from ``state``."""
     values = state.read(layouts(program)[program.loss.view]).astype(np.float64).reshape(-1)
-    return float(np.sum(np.asarray(program.loss.weights, dtype=np.float64) * values))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.sum(np.asarray(program.loss.weights, dtype=np.float64) * values))
 
 
 # ---------------------------------------------------------------- reverse rules
@@ -166,10 +167,11 @@ def _rev_gather(op, rec, g):
 
 
 def _rev_scatter(op, rec, g):
-    n_dst = rec.dst_size
-    _, src = scatter_winners(rec.operands["index"], n_dst)
+    g_dst = np.zeros(rec.dst_size)
+    g_dst[rec.where] = g
+    where, src = scatter_winners(rec.operands["index"], rec.dst_size)
     dx = np.zeros(rec.operands["x"].size)
-    dx[src] = g  # winners come sorted by dst position, as the written elements do
+    dx[src] = g_dst[where]
     return {"x": dx}
 
 
@@ -397,15 +399,60 @@ def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
     np.add.at(adj, vids[mask], contrib[mask])
 
 
-def reverse_sweep(ex: Execution) -> np.ndarray:
-    """vbar_p(k) += vbar_k * f_k'(v_p(k)) over the version graph, in reverse op order."""
+def reverse_sweep(ex: Execution, reverse: dict[OpKind, ReverseRule | None] = REVERSE,
+                  operands: Callable[[OpRecord], Operands] | None = None) -> np.ndarray:
+    """vbar_p(k) += vbar_k * f_k'(v_p(k)) over the version graph, in reverse op order.
+
+    ``operands`` may substitute the operand values a rule sees (the final-storage
+    control does); by default they are the recorded historical versions.
+    """
     adj = np.zeros(ex.n_nodes, dtype=np.float64)
     _accumulate(adj, ex.loss_vids, np.asarray(ex.program.loss.weights, dtype=np.float64))
     for rec in reversed(ex.records):
-        rule = REVERSE[rec.op.kind]
+        rule = reverse[rec.op.kind]
         if rule is None or not rec.float_op or rec.out_vids.size == 0:
             continue
         g = adj[rec.out_vids]
+        if operands is not None:
+            rec = replace(rec, operands=operands(rec))
         for f, contrib in rule(rec.op, rec, g).items():
             _accumulate(adj, rec.read_vids[f], contrib)
     return adj[ex.input_vids].copy()
+
+
+# The operand fields whose values a reverse rule depends on (SPEC §5, final-storage).
+VALUE_OPERANDS: dict[OpKind, tuple[str, ...]] = {
+    OpKind.MUL: ("x", "y"), OpKind.TANH: ("x",), OpKind.SIN: ("x",),
+    OpKind.GATHER: ("index",), OpKind.SCATTER: ("index",),
+}
+
+
+def final_storage_operands(ex: Execution) -> Callable[[OpRecord], Operands]:
+    """Operands as a sweep that reads final storage instead of versions would see them."""
+    lay = layouts(ex.program)
+
+    def operands(rec: OpRecord) -> Operands:
+        out = dict(rec.operands)
+        for f in VALUE_OPERANDS.get(rec.op.kind, ()):
+            out[f] = ex.state.read(lay[getattr(rec.op, f)])
+        return out
+
+    return operands
+
+
+def stale_operands(ex: Execution) -> list[int]:
+    """Ops whose value operands were read from bytes that differ in the final storage."""
+    stale = []
+    final = final_storage_operands(ex)
+    for rec in ex.records:
+        if rec.op.kind in VALUE_OPERANDS and rec.float_op:
+            now = final(rec)
+            if any(not np.array_equal(now[f].view(np.uint8), rec.operands[f].view(np.uint8))
+                   for f in VALUE_OPERANDS[rec.op.kind]):
+                stale.append(rec.index)
+    return stale
+
+
+def hazard_gradient(ex: Execution) -> np.ndarray:
+    """The gradient a reverse sweep reading final storage would give (control input)."""
+    return reverse_sweep(ex, operands=final_storage_operands(ex))

@@ -8,6 +8,7 @@ from replayverify.programs.format import (
     program_to_dict,
     save_program,
 )
+from replayverify.programs.generate import FAMILIES, generate, generate_with_attempts
 from replayverify.programs.interpreter import (
     FORWARD,
     REVERSE,
@@ -35,13 +36,37 @@ from replayverify.programs.philox import RngState
 from replayverify.programs.state import Snapshot, State, initial_state, layouts
 
 __all__ = [
-    "FORWARD", "OP_SPECS", "REVERSE", "Admission", "Buffer", "Execution", "Init", "Loss", "Op",
-    "OpEvent", "OpKind", "Program", "ProgramError", "Rng", "RngState", "Snapshot", "State",
-    "View", "canonical_json", "execute", "execute_op", "initial_state", "layouts",
-    "load_program", "loss_of", "program_from_dict", "program_sha256", "program_to_dict",
-    "run_forward", "save_program",
+    "FAMILIES",
+    "FORWARD",
+    "OP_SPECS",
+    "REVERSE",
+    "Admission",
+    "Buffer",
+    "Execution",
+    "Init",
+    "Loss",
+    "Op",
+    "OpEvent",
+    "OpKind",
+    "Program",
+    "ProgramError",
+    "Rng",
+    "RngState",
+    "Snapshot",
+    "State",
+    "View",
+    "canonical_json",
+    "execute",
+    "execute_op",
+    "generate",
+    "generate_with_attempts",
+    "initial_state",
+    "layouts",
+    "load_program",
+    "loss_of",
+    "program_from_dict",
+    "program_sha256",
+    "program_to_dict",
+    "run_forward",
+    "save_program",
 ]
-
-from replayverify.programs.generate import FAMILIES, generate, generate_with_attempts  # noqa: E402
-
-__all__ += ["FAMILIES", "generate", "generate_with_attempts"]

@@ -11,8 +11,8 @@ None; the next attempt uses the next seed, and the count of attempts is kept.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 

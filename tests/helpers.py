@@ -1,0 +1,21 @@
+"""Small builders for hand-written test programs."""
+
+from __future__ import annotations
+
+from replayverify.programs import load_program
+
+
+def program(buffers, views, ops, loss, **rest):
+    """A program from compact tuples: buffers {name: nbytes}, views (name, buf, dtype,
+    offset, shape, strides), ops as dicts; the rest as SPEC §2 keys."""
+    doc = {
+        "format": "replayverify.program", "version": 1,
+        "buffers": [{"name": n, "nbytes": b} for n, b in buffers.items()],
+        "views": [
+            {"name": v[0], "buffer": v[1], "dtype": v[2], "offset": v[3], "shape": list(v[4]),
+             "strides": list(v[5])} for v in views
+        ],
+        "ops": ops, "loss": loss,
+    }
+    doc.update(rest)
+    return load_program(doc)

@@ -1,0 +1,119 @@
+"""Which array module runs the engines: NumPy always, CuPy when it is installed and a device exists.
+
+Detection follows array-api-compat: :func:`installed` asks ``importlib.util.find_spec`` and never
+imports CuPy. Only :func:`available` (and what uses the GPU) imports CuPy, and only once it is
+known to be installed, because whether a CUDA device exists can only be asked through it. This
+module and the rest of ``replayverify/gpu`` are the only places that import ``cupy``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+INSTALL_HINT = "CuPy is not installed (pip install 'replayverify[gpu]')"
+NO_DEVICE = "no CUDA device"
+
+_loaded: tuple[ModuleType | None, str] | None = None
+
+
+class GpuUnavailable(RuntimeError):
+    """The CuPy backend was asked for but cannot run here; the message says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"GPU backend unavailable: {reason}")
+        self.reason = reason
+
+
+def installed() -> bool:
+    """Whether CuPy can be imported, decided without importing it."""
+    try:
+        return importlib.util.find_spec("cupy") is not None
+    except (ImportError, ValueError):  # a broken or half-removed installation
+        return False
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    """Import CuPy once and ask for a device: (module, "") or (None, reason). Cached."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    if not installed():
+        # Not cached: installing CuPy later in the same process is then noticed.
+        return None, INSTALL_HINT
+    try:
+        cp = importlib.import_module("cupy")
+    except Exception as exc:  # noqa: BLE001 - any import failure means "unavailable"
+        _loaded = (None, f"CuPy failed to import: {type(exc).__name__}: {exc}")
+        return _loaded
+    try:
+        count = int(cp.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError when there is no driver
+        _loaded = (None, f"{NO_DEVICE} ({type(exc).__name__}: {exc})")
+        return _loaded
+    _loaded = (cp, "") if count > 0 else (None, NO_DEVICE)
+    return _loaded
+
+
+def unavailable_reason() -> str:
+    """Why the GPU backend cannot run ("" when it can)."""
+    return _load()[1]
+
+
+def available() -> bool:
+    """Whether the CuPy backend can run: CuPy installed, importable, and a CUDA device present."""
+    return _load()[0] is not None
+
+
+def require_cupy() -> ModuleType:
+    """The ``cupy`` module, or :class:`GpuUnavailable` naming the reason."""
+    cp, reason = _load()
+    if cp is None:
+        raise GpuUnavailable(reason)
+    return cp
+
+
+def get_xp(name: str = "numpy") -> ModuleType:
+    """The array module called ``name`` ("numpy" or "cupy") for the engines' ``xp`` parameter."""
+    if name == "numpy":
+        return np
+    if name == "cupy":
+        return require_cupy()
+    raise ValueError(f"unknown array backend {name!r}; expected 'numpy' or 'cupy'")
+
+
+def is_cupy_module(xp: Any) -> bool:
+    """Whether ``xp`` is the CuPy module, decided by name so that CuPy is never imported."""
+    return getattr(xp, "__name__", None) == "cupy"
+
+
+def is_cupy_array(x: Any) -> bool:
+    """Whether ``x`` is a CuPy array; false without looking further when CuPy was never imported."""
+    cp = sys.modules.get("cupy")
+    return cp is not None and isinstance(x, cp.ndarray)
+
+
+def namespace_of(*arrays: Any) -> ModuleType:
+    """The array module of ``arrays``: CuPy if any is a CuPy array, else NumPy."""
+    for a in arrays:
+        if is_cupy_array(a):
+            return sys.modules["cupy"]
+    return np
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A NumPy copy (or view) of a NumPy or CuPy array, for comparisons and reports."""
+    if is_cupy_array(x):
+        return x.get()
+    return np.asarray(x)
+
+
+def _reset_for_tests() -> None:
+    """Forget the cached import/device result (tests only)."""
+    global _loaded
+    _loaded = None

@@ -1,0 +1,207 @@
+"""The versioned interpreter: admission verdicts, gradient against sympy, segments."""
+
+import numpy as np
+import pytest
+
+from replayverify.programs import execute, generate, layouts
+from replayverify.programs.model import DTYPES
+from replayverify.programs.philox import RngState, draw_normals, draw_uniforms
+from tests.helpers import program
+
+sympy = pytest.importorskip("sympy")
+
+
+def vec(name, buf, off, n, dtype="float64", stride=1):
+    item = np.dtype(dtype).itemsize
+    return (name, buf, dtype, off * item, (n,), (stride * item,))
+
+
+# ---------------------------------------------------------------- admission
+
+
+def test_float_read_of_integer_written_bytes_is_unsupported_with_op_and_reason():
+    p = program({"s": 32}, [vec("f", "s", 0, 4), vec("lo", "s", 0, 4, "int32", stride=2)],
+                [{"op": "tanh", "dst": "f", "x": "f"},
+                 {"op": "iadd", "dst": "lo", "x": "lo", "k": 1},
+                 {"op": "sin", "dst": "f", "x": "f"}],
+                {"view": "f", "weights": [1] * 4},
+                init=[{"view": "f", "values": [0.1, 0.2, 0.3, 0.4]}], inputs=["f"])
+    ex = execute(p)
+    assert not ex.admission.supported and ex.gradient is None
+    assert ex.admission.op == 2
+    assert ex.admission.reason.startswith("float read at op 2")
+    assert "last written by integer op 1" in ex.admission.reason
+
+
+def test_integer_reads_of_float_bytes_are_fine():
+    p = program({"s": 32, "b": 16},
+                [vec("f", "s", 0, 4), vec("halves", "s", 0, 4, "int32"),
+                 vec("out", "b", 0, 4, "int32")],
+                [{"op": "icopy", "dst": "out", "x": "halves"},
+                 {"op": "tanh", "dst": "f", "x": "f"}],
+                {"view": "f", "weights": [1] * 4},
+                init=[{"view": "f", "values": [0.1, 0.2, 0.3, 0.4]}], inputs=["f"])
+    assert execute(p).admission.supported
+
+
+def test_float_read_across_two_writes_is_unsupported():
+    # view "mid" straddles two float64 elements written by different ops
+    p = program({"s": 32}, [vec("f", "s", 0, 2), vec("g", "s", 2, 2),
+                            ("mid", "s", "float32", 4, (2,), (8,))],
+                [{"op": "tanh", "dst": "f", "x": "f"}],
+                {"view": "mid", "weights": [1, 1]}, inputs=["f"])
+    ex = execute(p)
+    assert not ex.admission.supported
+    assert "the loss" in ex.admission.reason and "different byte extent" in ex.admission.reason
+
+
+def test_mixed_constant_and_written_bytes_are_unsupported():
+    p = program({"s": 32}, [vec("f4", "s", 0, 2, "float32"), vec("d", "s", 0, 1)],
+                [{"op": "tanh", "dst": "f4", "x": "f4"}],
+                {"view": "d", "weights": [1]}, init=[])
+    p2 = program({"s": 32}, [("half", "s", "float32", 0, (1,), (4,)), vec("d", "s", 0, 1)],
+                 [{"op": "tanh", "dst": "half", "x": "half"}],
+                 {"view": "d", "weights": [1]})
+    assert not execute(p).admission.supported
+    reason = execute(p2).admission.reason
+    assert "several writes" in reason and "constant" in reason
+
+
+def test_constants_are_not_differentiated():
+    p = program({"s": 32}, [vec("x", "s", 0, 2), vec("c", "s", 2, 2)],
+                [{"op": "mul", "dst": "x", "x": "x", "y": "c"}],
+                {"view": "x", "weights": [1, 1]},
+                init=[{"view": "x", "values": [1.0, 2.0]}, {"view": "c", "values": [3.0, 4.0]}],
+                inputs=["x"])
+    assert execute(p).gradient.tolist() == [3.0, 4.0]
+
+
+def test_boundaries_are_the_segment_states():
+    p = generate(0, 3, "derivative")
+    ex = execute(p)
+    assert len(ex.boundaries) == len(p.segments) + 1
+    assert ex.boundaries[-1] == ex.final
+    from replayverify.programs import initial_state, run_forward
+
+    assert ex.boundaries[0] == initial_state(p).snapshot()
+    for s, (lo, hi) in enumerate(p.segment_bounds()):
+        st = ex.boundaries[s].state()
+        run_forward(p, st, lo, hi)
+        assert st.snapshot() == ex.boundaries[s + 1]
+
+
+# ---------------------------------------------------------------- sympy reference
+
+
+class SymbolicRun:
+    """An independent interpreter over sympy expressions, one per float64 element slot.
+
+    Only for float64 programs whose float views are 8-byte aligned (the complex
+    family): each slot (buffer, byte offset) holds an expression in the input symbols.
+    """
+
+    def __init__(self, p):
+        self.p = p
+        self.slots = {}
+        self.ints = {}
+        self.rng = RngState(p.rng.key, p.rng.counter)
+        lay = layouts(p)
+        self.lay = lay
+        for b in p.buffers:
+            raw = np.zeros(b.nbytes, np.uint8)
+            self.ints[b.name] = raw
+        for e in p.init:
+            v = lay[e.view]
+            arr = np.asarray(e.values).astype(v.dtype)
+            self.ints[v.view.buffer][v.byte_index] = arr.view(np.uint8)
+        self.symbols = []
+        for name in p.inputs:
+            v = lay[name]
+            for j, start in enumerate(v.starts):
+                s = sympy.Symbol(f"{name}_{j}")
+                self.symbols.append(s)
+                self.slots[(v.view.buffer, int(start))] = s
+
+    def read(self, name):
+        v = self.lay[name]
+        if not v.view.is_float:
+            return self.ints[v.view.buffer][v.byte_index].view(v.dtype).tolist()
+        out = []
+        for start in v.starts:
+            key = (v.view.buffer, int(start))
+            if key not in self.slots:
+                raw = self.ints[v.view.buffer][int(start): int(start) + 8].view("<f8")[0]
+                self.slots[key] = sympy.Float(float(raw), 30)
+            out.append(self.slots[key])
+        return out
+
+    def write(self, name, values, where=None):
+        v = self.lay[name]
+        where = range(len(values)) if where is None else where
+        for j, val in zip(where, values):
+            self.slots[(v.view.buffer, int(v.starts[j]))] = val
+
+    def run(self):
+        for op in self.p.ops:
+            kind = op.kind.value
+            x = self.read(op.x)
+            n = len(x)
+            if kind == "axpby":
+                y = self.read(op.y)
+                out = [(op.a * xi + op.b * yi) + op.c for xi, yi in zip(x, y)]
+            elif kind == "mul":
+                out = [xi * yi for xi, yi in zip(x, self.read(op.y))]
+            elif kind == "tanh":
+                out = [sympy.tanh(op.a * xi) for xi in x]
+            elif kind == "sin":
+                out = [sympy.sin(op.a * xi) for xi in x]
+            elif kind == "copy":
+                out = list(x)
+            elif kind == "noise":
+                z, self.rng = draw_normals(self.rng, n)
+                out = [xi + op.sigma * float(zi) for xi, zi in zip(x, z)]
+            elif kind == "dropout":
+                u, self.rng = draw_uniforms(self.rng, n)
+                out = [xi * float(ui < op.keep) / op.keep for xi, ui in zip(x, u)]
+            elif kind == "gather":
+                idx = self.read(op.index)
+                out = [x[i % n] for i in idx]
+            elif kind == "scatter":
+                idx = self.read(op.index)
+                m = self.lay[op.dst].size
+                hits = {}
+                for j, i in enumerate(idx):
+                    hits[i % m] = x[j]
+                self.write(op.dst, list(hits.values()), list(hits.keys()))
+                continue
+            else:
+                raise AssertionError(kind)
+            self.write(op.dst, out)
+        w = self.p.loss.weights
+        return sum(wi * li for wi, li in zip(w, self.read(self.p.loss.view)))
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_gradient_agrees_with_sympy(index):
+    p = generate(11, index, "complex", dims=(4,), n_ops=(8,))
+    ex = execute(p)
+    assert ex.admission.supported
+    sym = SymbolicRun(p)
+    loss = sym.run()
+    values = {}
+    lay = layouts(p)
+    from replayverify.programs import initial_state
+
+    st = initial_state(p)
+    for name in p.inputs:
+        for s, v in zip([s for s in sym.symbols if s.name.startswith(name + "_")],
+                        st.read(lay[name]).reshape(-1)):
+            values[s] = sympy.Float(float(v), 30)
+    ref = np.array([float(sympy.diff(loss, s).evalf(30, subs=values)) for s in sym.symbols])
+    assert abs(float(loss.evalf(30, subs=values)) - ex.loss) <= 1e-12 * max(1, abs(ex.loss))
+    scale = max(1.0, float(np.max(np.abs(ref))))
+    assert np.max(np.abs(ex.gradient - ref)) <= 1e-12 * scale
+
+
+def test_dtypes_table_is_little_endian():
+    assert all(d.byteorder in "<|=" for d in DTYPES.values())

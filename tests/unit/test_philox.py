@@ -1,0 +1,87 @@
+import numpy as np
+import pytest
+
+from replayverify.programs.philox import (
+    RngState,
+    counter_blocks,
+    counter_words,
+    draw_normals,
+    keep_mask,
+    normals,
+    philox4x32,
+    uniforms,
+    words,
+)
+
+KNOWN = [
+    ((0, 0), (0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 2, (0xFFFFFFFF,) * 4, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0xA4093822, 0x299F31D0), (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
+
+
+@pytest.mark.parametrize("key,counter,expected", KNOWN)
+def test_known_answers(key, counter, expected):
+    got = philox4x32(np.array([counter], dtype=np.uint64), key)
+    assert tuple(int(w) for w in got[0]) == expected
+
+
+@pytest.mark.parametrize("key,counter,expected", KNOWN)
+def test_known_answers_through_state(key, counter, expected):
+    assert tuple(int(w) for w in words(RngState(key, counter), 1)[0]) == expected
+
+
+def test_counter_carries_across_every_word():
+    start = (1 << 96) - 2  # words (fffffffe, ffffffff, ffffffff, 0)
+    blocks = counter_blocks(start, 3)
+    assert blocks.tolist() == [
+        [0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFF, 0],
+        [0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0],
+        [0, 0, 0, 1],
+    ]
+    # the 64-bit boundary
+    assert counter_blocks((1 << 64) - 1, 2).tolist() == [[2**32 - 1, 2**32 - 1, 0, 0],
+                                                         [0, 0, 1, 0]]
+
+
+def test_counter_wraps_at_2_128():
+    top = (1 << 128) - 1
+    assert counter_blocks(top, 2).tolist() == [[2**32 - 1] * 4, [0, 0, 0, 0]]
+    state = RngState((1, 2), counter_words(top))
+    assert state.advanced(3).counter == (2, 0, 0, 0)
+    # the block after the wrap is the block of counter 0
+    assert np.array_equal(words(state, 2)[1], words(RngState((1, 2), (0, 0, 0, 0)), 1)[0])
+
+
+def test_blocks_are_the_same_whether_drawn_at_once_or_in_pieces():
+    state = RngState((5, 6), (2**32 - 3, 2**32 - 1, 7, 0))
+    whole = words(state, 10)
+    parts = np.concatenate([words(state, 4), words(state.advanced(4), 6)])
+    assert np.array_equal(whole, parts)
+
+
+def test_uniform_and_normal_rules_follow_the_spec():
+    w = words(RngState((7, 0), (0, 0, 0, 0)), 64)
+    u1, u2 = uniforms(w)
+    w0, w1, w2, w3 = (int(x) for x in w[5])
+    assert u1[5] == ((w1 << 32 | w0) >> 11) * 2.0**-53
+    assert u2[5] == ((w3 << 32 | w2) >> 11) * 2.0**-53
+    assert np.all((u1 >= 0) & (u1 < 1)) and np.all((u2 >= 0) & (u2 < 1))
+    z = normals(u1, u2)
+    expect = np.sqrt(-2.0 * np.log1p(-u1[5])) * np.cos(2.0 * np.pi * u2[5])
+    assert z[5] == expect
+    z2, after = draw_normals(RngState((7, 0), (0, 0, 0, 0)), 64)
+    assert np.array_equal(z, z2) and after.counter == (64, 0, 0, 0)
+
+
+def test_keep_mask():
+    u = np.array([0.0, 0.49, 0.5, 0.99])
+    assert keep_mask(u, 0.5, np.float32).tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert keep_mask(u, 0.5, np.float32).dtype == np.float32
+
+
+def test_state_bytes_are_24_little_endian():
+    s = RngState((1, 2), (3, 4, 5, 0x01020304))
+    raw = s.to_bytes()
+    assert len(raw) == 24 and raw[-4:] == bytes([4, 3, 2, 1])

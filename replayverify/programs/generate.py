@@ -266,7 +266,7 @@ def _alias(b: _Builder, limits: Limits, name: str) -> Program:
     out_low = b.view("ibits_low", bits_buf, "int32", 0, (m // 2,), (4,))
     kinds = dict(FLOAT_KINDS)
     kinds.update(DRAW_KINDS if limits.draws else {})
-    for k in range(n_ops):
+    for _ in range(n_ops):
         r = b.rng.random()
         if r < 0.15:
             b.ops.append(Op(OpKind.ICOPY, out.name, halves.name))

@@ -1,0 +1,220 @@
+"""Suite outputs: summary.json, report.md, JUnit XML, and shrunk reproducers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+from replayverify.verifier.records import Record
+
+CONTROL_OUTCOMES = ("detected", "missed", "unsupported", "error")
+
+
+def record_key(r: Record) -> str:
+    return f"{r.check}/{r.engine}" if r.engine else r.check
+
+
+def control_name(r: Record) -> str | None:
+    """Controls and engine mutants are counted in ``controls``; other records are not."""
+    if r.check.startswith("control:") or r.check.startswith("mutant:"):
+        return r.check
+    if r.engine.startswith("mutant:") and r.outcome in ("detected", "missed"):
+        return r.engine
+    return None
+
+
+def summarize(records: list[Record], stats: list[dict], *, programs: int, seed: int,
+              seconds: float, extra: dict | None = None) -> dict:
+    outcomes: dict[str, Counter] = defaultdict(Counter)
+    errs: dict[str, float] = {}
+    controls: dict[str, Counter] = defaultdict(Counter)
+    for r in records:
+        key = record_key(r)
+        outcomes[key][r.outcome] += 1
+        if r.max_abs_err is not None and math.isfinite(r.max_abs_err):
+            errs[key] = max(errs.get(key, 0.0), r.max_abs_err)
+        name = control_name(r)
+        if name is not None:
+            controls[name][r.outcome] += 1
+    verdict = "clean" if not any(r.failing for r in records) else "failing"
+    summary = {
+        "programs": programs,
+        "seed": seed,
+        "records": len(records),
+        "verdict": verdict,
+        "outcomes": {k: dict(sorted(v.items())) for k, v in sorted(outcomes.items())},
+        "max_abs_err": dict(sorted(errs.items())),
+        "controls": {k: {o: v.get(o, 0) for o in CONTROL_OUTCOMES[:3]} |
+                     ({"error": v["error"]} if v.get("error") else {})
+                     for k, v in sorted(controls.items())},
+        "generated": generation_stats(stats),
+        "seconds": round(seconds, 3),
+    }
+    if extra:
+        summary.update(extra)
+    return summary
+
+
+def generation_stats(stats: list[dict]) -> dict:
+    """Totals of what the generators produced, so a suite's diversity is visible."""
+    ops: Counter = Counter()
+    fams: Counter = Counter()
+    out = Counter()
+    for s in stats:
+        if "ops" not in s:
+            out["errored"] += 1
+            continue
+        ops.update(s["ops"])
+        fams[s["program"].split("/")[1]] += 1
+        out["programs_with_overlapping_writes"] += bool(s["overlapping_writes"])
+        out["overlapping_writes"] += s["overlapping_writes"]
+        out["programs_with_integer_aliases"] += bool(s["integer_aliases"])
+        out["programs_with_hazards"] += bool(s["hazards"])
+        out["hazards"] += s["hazards"]
+        out["programs_with_draws"] += bool(s["draws"])
+        out["programs_with_strided_views"] += bool(s["strided_views"])
+        out["float32_programs"] += s["float32"]
+        out["admitted_gradients"] += s["supported"]
+        out["rejected_draws"] += s["attempts"] - 1
+    return {"families": dict(sorted(fams.items())), "ops": dict(sorted(ops.items())),
+            **dict(sorted(out.items()))}
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3g}"
+
+
+def render_report(summary: dict, failures: list[dict], command: str) -> str:
+    lines = ["# replayverify suite report", "",
+             f"Command: `{command}`", "",
+             f"Verdict: **{summary['verdict']}** — {summary['programs']} programs, "
+             f"{summary['records']} records, seed {summary['seed']}, "
+             f"{summary['seconds']} s.", ""]
+    all_outcomes = sorted({o for v in summary["outcomes"].values() for o in v})
+    lines += ["## Checks by engine", "",
+              "| check / engine | " + " | ".join(all_outcomes) + " | max abs err |",
+              "|---|" + "---|" * (len(all_outcomes) + 1)]
+    for key, counts in summary["outcomes"].items():
+        if key in summary["controls"]:
+            continue
+        cells = [str(counts.get(o, 0)) for o in all_outcomes]
+        lines.append(f"| {key} | " + " | ".join(cells) +
+                     f" | {_fmt(summary['max_abs_err'].get(key))} |")
+    lines += ["", "## Controls and engine mutants", "",
+              "| control | detected | missed | unsupported |", "|---|---|---|---|"]
+    for name, c in summary["controls"].items():
+        lines.append(f"| {name} | {c['detected']} | {c['missed']} | {c['unsupported']} |")
+    gen = summary["generated"]
+    lines += ["", "## What was generated", "",
+              "| statistic | value |", "|---|---|"]
+    for k, v in gen.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"{a} {b}" for a, b in v.items())
+        lines.append(f"| {k.replace('_', ' ')} | {v} |")
+    lines += ["", "## Failures", ""]
+    if not failures:
+        lines.append("None.")
+    for f in failures:
+        lines.append(f"- `{f['program']}` {f['check']}"
+                     f"{(' / ' + f['engine']) if f['engine'] else ''}: {f['outcome']} — "
+                     f"{f['detail'] or 'no detail'}")
+        lines.append(f"  - reproduce: `{f['replay']}`")
+        if f.get("shrunk"):
+            lines.append(f"  - shrunk to {f['shrunk_ops']} ops: `{f['shrunk']}`; "
+                         f"check it: `{f['check_command']}`")
+    return "\n".join(lines) + "\n"
+
+
+def write_junit(path: Path, records: list[Record], seconds: float) -> None:
+    """One test case per record; failing outcomes are failures, unsupported are skipped."""
+    fails = sum(r.failing for r in records)
+    skips = sum(r.outcome == "unsupported" for r in records)
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           f'<testsuite name="replayverify" tests="{len(records)}" failures="{fails}" '
+           f'skipped="{skips}" time="{seconds:.3f}">']
+    for r in records:
+        attrs = (f"classname={quoteattr(record_key(r))} name={quoteattr(r.program)} "
+                 f'time="{r.seconds:.6f}"')
+        if r.failing:
+            out.append(f"  <testcase {attrs}><failure message={quoteattr(r.outcome)}>"
+                       f"{_esc(r.detail)}</failure></testcase>")
+        elif r.outcome == "unsupported":
+            out.append(f"  <testcase {attrs}><skipped message={quoteattr(r.detail)}/>"
+                       "</testcase>")
+        else:
+            out.append(f"  <testcase {attrs}/>")
+    out.append("</testsuite>")
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def shrink_failures(out: Path, records: list[Record], engines: tuple[str, ...] | None,
+                    mutants: bool, limit: int) -> list[dict]:
+    """Shrink the first failure of each failing program (up to ``limit`` programs)."""
+    from replayverify.programs.format import save_program
+    from replayverify.verifier.check import check_program
+    from replayverify.verifier.shrink import shrink
+    from replayverify.verifier.suite import ProgramId
+
+    failures, seen = [], set()
+    for r in records:
+        if not r.failing or r.program in seen:
+            continue
+        seen.add(r.program)
+        entry = {"program": r.program, "check": r.check, "engine": r.engine,
+                 "outcome": r.outcome, "detail": r.detail,
+                 "replay": f"replayverify replay {r.program}" + _engine_flag(r.engine, mutants)}
+        if len(failures) < limit and r.check != "program":
+            program, _ = ProgramId.parse(r.program).build()
+            engine_arg = (r.engine,) if r.engine else ()
+
+            def still_fails(p, r=r, engine_arg=engine_arg):
+                got = check_program(p, program_id=r.program, engines=engine_arg or None,
+                                    mutants=mutants and r.engine.startswith("mutant:"))
+                return any(x.failing and x.check == r.check and x.engine == r.engine
+                           for x in got)
+
+            small = shrink(program, still_fails)
+            path = out / "failures" / f"{r.program}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_program(small, path)
+            cmd = f"replayverify check {path}" + _engine_flag(r.engine, mutants)
+            path.with_suffix(".txt").write_text(cmd + "\n", encoding="utf-8")
+            entry.update(shrunk=str(path), shrunk_ops=len(small.ops), check_command=cmd)
+        failures.append(entry)
+    return failures
+
+
+def _engine_flag(engine: str, mutants: bool) -> str:
+    """The option that makes ``check``/``replay`` run the engine a record names."""
+    if not engine:
+        return ""
+    if mutants and engine.startswith("mutant:"):
+        return " --mutants"
+    return f" --engine {engine}"
+
+
+def write_outputs(cfg, records: list[Record], stats: list[dict], seconds: float) -> dict:
+    """summary.json, report.md (and JUnit XML), with shrunk reproducers for failures."""
+    failures = []
+    if any(r.failing for r in records):
+        failures = shrink_failures(cfg.out, records, cfg.engines, cfg.mutants,
+                                   cfg.max_shrink if cfg.shrink else 0)
+    summary = summarize(records, stats, programs=len(stats), seed=cfg.seed, seconds=seconds,
+                        extra={"family": cfg.family or "mixed", "shard": f"{cfg.shard[0]}/"
+                               f"{cfg.shard[1]}"})
+    tmp = cfg.out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, cfg.out / "summary.json")
+    (cfg.out / "report.md").write_text(render_report(summary, failures, cfg.command),
+                                       encoding="utf-8")
+    if cfg.junit:
+        write_junit(Path(cfg.junit), records, seconds)
+    return summary

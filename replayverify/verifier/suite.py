@@ -1,0 +1,281 @@
+"""The suite runner: generated programs through every check, streamed to disk.
+
+Records are identical whatever the worker count (programs finish in id order, each
+program's records are written and flushed as one block), and a killed run resumes
+to exactly the records of an uninterrupted one: ``progress.json`` names the byte
+length of ``records.jsonl`` after the last complete program, and ``--resume``
+truncates to it and continues with the next program.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replayverify.programs.generate import FAMILIES, generate_with_attempts
+from replayverify.programs.model import Program
+from replayverify.verifier.records import Record
+
+SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex")  # the default suite's mix
+DEFAULT_TIMEOUT = 60.0
+
+
+class SuiteError(ValueError):
+    """Bad suite arguments or an unusable output directory (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class ProgramId:
+    seed: int
+    family: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"s{self.seed}/{self.family}/{self.index:06d}"
+
+    @classmethod
+    def parse(cls, text: str) -> ProgramId:
+        parts = text.strip().split("/")
+        try:
+            if len(parts) != 3 or not parts[0].startswith("s"):
+                raise ValueError
+            seed, family, index = int(parts[0][1:]), parts[1], int(parts[2])
+        except ValueError:
+            raise SuiteError(f"bad program id {text!r}: expected s<seed>/<family>/<index>, "
+                             "for example s0/derivative/000017") from None
+        if family not in FAMILIES:
+            raise SuiteError(f"bad program id {text!r}: unknown family {family!r} "
+                             f"(known: {', '.join(sorted(FAMILIES))})")
+        if seed < 0 or index < 0:
+            raise SuiteError(f"bad program id {text!r}: seed and index are non-negative")
+        return cls(seed, family, index)
+
+    def build(self) -> tuple[Program, int]:
+        g = generate_with_attempts(self.seed, self.index, self.family)
+        return g.program, g.attempts
+
+
+def suite_ids(n: int, seed: int, family: str | None = None,
+              shard: tuple[int, int] = (0, 1)) -> list[ProgramId]:
+    """The programs of a suite: index i takes family ``family`` or the i-th of the mix."""
+    if family is not None and family not in FAMILIES:
+        raise SuiteError(f"unknown family {family!r} (known: {', '.join(sorted(FAMILIES))})")
+    i, k = shard
+    return [ProgramId(seed, family or SUITE_FAMILIES[j % len(SUITE_FAMILIES)], j)
+            for j in range(n) if j % k == i]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/K`` with 0 <= I < K: this machine runs the programs whose index mod K is I."""
+    try:
+        i, k = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SuiteError(f"bad --shard {text!r}: expected I/K, for example 0/4") from None
+    if not (k >= 1 and 0 <= i < k):
+        raise SuiteError(f"bad --shard {text!r}: need K >= 1 and 0 <= I < K")
+    return i, k
+
+
+# ---------------------------------------------------------------- one program
+
+
+@dataclass
+class Job:
+    """What a worker needs: a program id and how to check it."""
+
+    pid: ProgramId
+    engines: tuple[str, ...] | None
+    mutants: bool
+    timeout: float
+
+
+@dataclass
+class Outcome:
+    pid: str
+    records: list[Record]
+    stats: dict = field(default_factory=dict)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):  # pragma: no cover - runs in the signal handler
+    raise _Timeout
+
+
+def program_stats(program: Program, attempts: int) -> dict:
+    """What was generated: op kinds, overlapping writes, integer aliases, hazards, draws."""
+    from replayverify.programs.interpreter import execute, stale_operands
+    from replayverify.programs.model import view_bytes
+
+    views = {v.name: v for v in program.views}
+    kinds = Counter(op.kind.value for op in program.ops)
+    overlapping = 0
+    for op in program.ops:
+        dst = views[op.dst]
+        for f in op.spec.sources:
+            src = views[getattr(op, f)]
+            if (src.buffer == dst.buffer and src.name != dst.name
+                    and set(view_bytes(src).tolist()) & set(view_bytes(dst).tolist())):
+                overlapping += 1
+                break
+    floats = {v.buffer for v in program.views if v.is_float}
+    aliases = sum(1 for v in program.views if not v.is_float and v.buffer in floats)
+    ex = execute(program, record_boundaries=False)
+    return {
+        "ops": dict(kinds),
+        "overlapping_writes": overlapping,
+        "integer_aliases": aliases,
+        "hazards": len(stale_operands(ex)) if ex.admission.supported else 0,
+        "draws": sum(kinds[k] for k in ("noise", "dropout")),
+        "strided_views": sum(1 for v in program.views if any(
+            s != v.itemsize * (v.shape[-1] if j < len(v.shape) - 1 else 1)
+            for j, s in enumerate(v.strides))),
+        "supported": ex.admission.supported,
+        "attempts": attempts,
+        "float32": any(v.dtype == "float32" for v in program.views),
+    }
+
+
+def run_job(job: Job) -> Outcome:
+    """Check one program; an exception or a timeout becomes an ``error`` record."""
+    from replayverify.verifier.check import check_program
+
+    start = time.perf_counter()
+    pid = str(job.pid)
+    use_alarm = job.timeout > 0 and hasattr(signal, "SIGALRM")
+    if use_alarm:
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, job.timeout)
+    program = None
+    try:
+        program, attempts = job.pid.build()
+        records = check_program(program, program_id=pid, engines=job.engines,
+                                mutants=job.mutants)
+        stats = program_stats(program, attempts)
+        return Outcome(pid, records, stats)
+    except _Timeout:
+        detail = f"timed out after {job.timeout:g} s"
+    except Exception as exc:  # one program's failure never stops the suite
+        detail = f"{type(exc).__name__}: {exc}"
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    sha = program.sha256 if program is not None else ""
+    rec = Record(pid, sha, "program", "", "error", None, detail,
+                 round(time.perf_counter() - start, 6))
+    return Outcome(pid, [rec], {})
+
+
+# ---------------------------------------------------------------- the run
+
+
+@dataclass
+class SuiteConfig:
+    programs: int
+    seed: int = 0
+    family: str | None = None
+    workers: int = 0  # 0: one per CPU
+    out: Path = Path("suite-out")
+    shard: tuple[int, int] = (0, 1)
+    resume: bool = False
+    mutants: bool = False
+    engines: tuple[str, ...] | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    shrink: bool = True
+    max_shrink: int = 20  # failing programs shrunk per run; the rest get replay commands
+    junit: Path | None = None
+    command: str = "replayverify suite"
+
+
+def _map(jobs: Sequence[Job], workers: int) -> Iterator[Outcome]:
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield run_job(job)
+        return
+    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+    with ctx.Pool(workers) as pool:
+        yield from pool.imap(run_job, jobs, chunksize=1)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _prepare(cfg: SuiteConfig, ids: list[ProgramId]) -> tuple[int, list[dict]]:
+    """Open the output directory; on resume, truncate to the last complete program."""
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    records = cfg.out / "records.jsonl"
+    progress = cfg.out / "progress.json"
+    stats_path = cfg.out / "programs.jsonl"
+    meta = {"programs": cfg.programs, "seed": cfg.seed, "family": cfg.family,
+            "shard": list(cfg.shard), "mutants": cfg.mutants,
+            "engines": list(cfg.engines) if cfg.engines else None}
+    if cfg.resume and progress.exists():
+        state = json.loads(progress.read_text())
+        if state["meta"] != meta:
+            raise SuiteError(f"--resume: {cfg.out} holds a different suite ({state['meta']})")
+        with open(records, "r+b") as fh:
+            fh.truncate(state["records_bytes"])
+        with open(stats_path, "r+b") as fh:
+            fh.truncate(state["stats_bytes"])
+        done = state["done"]
+    else:
+        if not cfg.resume and records.exists() and records.stat().st_size:
+            raise SuiteError(f"{records} exists: pass --resume to continue it, or choose "
+                             "another --out")
+        records.write_bytes(b"")
+        stats_path.write_bytes(b"")
+        done = 0
+        _write_atomic(progress, json.dumps({"meta": meta, "done": 0, "records_bytes": 0,
+                                            "stats_bytes": 0}))
+    stats = [json.loads(line) for line in stats_path.read_text().splitlines() if line]
+    return done, stats
+
+
+def run_suite(cfg: SuiteConfig, on_program: Callable[[Outcome], None] | None = None) -> dict:
+    """Run (or resume) a suite; returns the summary (also written to summary.json)."""
+    from replayverify.verifier.report import write_outputs
+
+    start = time.perf_counter()
+    ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
+    done, stats = _prepare(cfg, ids)
+    workers = cfg.workers or os.cpu_count() or 1
+    jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
+    records_path = cfg.out / "records.jsonl"
+    stats_path = cfg.out / "programs.jsonl"
+    progress_path = cfg.out / "progress.json"
+    progress = json.loads(progress_path.read_text())
+    with open(records_path, "ab") as rec_fh, open(stats_path, "ab") as stat_fh:
+        for outcome in _map(jobs, workers):
+            block = "".join(r.to_json() + "\n" for r in outcome.records).encode()
+            rec_fh.write(block)
+            rec_fh.flush()
+            line = {"program": outcome.pid, **outcome.stats}
+            stat_fh.write((json.dumps(line, sort_keys=True) + "\n").encode())
+            stat_fh.flush()
+            stats.append(line)
+            done += 1
+            progress.update(done=done, records_bytes=rec_fh.tell(), stats_bytes=stat_fh.tell())
+            _write_atomic(progress_path, json.dumps(progress))
+            if on_program is not None:
+                on_program(outcome)
+    records = read_records(records_path)
+    return write_outputs(cfg, records, stats, time.perf_counter() - start)
+
+
+def read_records(path: Path) -> list[Record]:
+    return [Record.from_dict(json.loads(line))
+            for line in Path(path).read_text().splitlines() if line]

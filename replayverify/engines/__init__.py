@@ -1,0 +1,62 @@
+"""Preservation engines (SPEC §4): eager, whole, readset, region, guarded, policies,
+and deliberately wrong mutants, all behind one small protocol and one registry."""
+
+from replayverify.engines.base import (
+    Engine,
+    EngineResult,
+    Recovered,
+    Recovery,
+    Strategy,
+    Tape,
+    run_strategies,
+)
+from replayverify.engines.registry import (
+    ENGINES,
+    engine_names,
+    get,
+    is_mutant,
+    mutant_names,
+    names,
+    register,
+    unregister,
+)
+from replayverify.engines.strategies import (
+    POLICY_STRATEGIES,
+    Eager,
+    Guarded,
+    PolicyEngine,
+    ReadSet,
+    Region,
+    StrategyEngine,
+    Whole,
+    parse_policy,
+    run_policy,
+)
+
+__all__ = [
+    "ENGINES",
+    "POLICY_STRATEGIES",
+    "Eager",
+    "Engine",
+    "EngineResult",
+    "Guarded",
+    "PolicyEngine",
+    "ReadSet",
+    "Recovered",
+    "Recovery",
+    "Region",
+    "Strategy",
+    "StrategyEngine",
+    "Tape",
+    "Whole",
+    "engine_names",
+    "get",
+    "is_mutant",
+    "mutant_names",
+    "names",
+    "parse_policy",
+    "register",
+    "run_policy",
+    "run_strategies",
+    "unregister",
+]

@@ -1,0 +1,379 @@
+"""The engine protocol, the result every engine reports, and the run loop engines share.
+
+An engine assigns each segment a preservation *strategy*: what to retain during the
+forward pass (data) and how to recover the historical operand values for backward
+(one ``recover`` method). The run loop is common to all of them: a forward pass with
+``execute_op`` that calls the strategy's retain hooks, then a backward pass over the
+segments in reverse order. Each segment is recovered inside a replay transaction that
+starts from and ends in the visible state (B_T, R_T), and its ops are differentiated
+with the reverse rules of the interpreter fed with the *recovered* operand values.
+
+The adjoint lives in storage, not in a version graph: one float64 slot per byte of
+each buffer, the adjoint of the float element that starts at that byte. Going back
+over an op, the adjoint of what it wrote is taken and every slot in the bytes it
+overwrote is cleared (earlier versions there are dead after the op), then the
+contributions are added to the slots of its sources. Derivative admission (SPEC §3)
+guarantees that every admitted float read sees one whole same-extent write, which is
+what makes this slot bookkeeping exact.
+
+Accounting (bytes, all engines alike): ``retained_bytes`` counts what the forward
+pass keeps for backward (copies of buffer bytes, recorded draws, 24 bytes per saved
+generator state, 8 bytes per journal region index); ``peak_temporary_bytes`` is the
+largest workspace held at once outside the retained state (operand values captured
+while replaying a segment, a saved copy of the visible state, and the larger of the
+two representations a guarded segment holds until it chooses); ``replayed_ops``
+counts ops re-executed during backward. The adjoint arrays are common to every
+engine and not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from replayverify.programs.interpreter import (
+    FORWARD,
+    REVERSE,
+    Admission,
+    ForwardRule,
+    OpEvent,
+    execute,
+    execute_op,
+    scatter_winners,
+)
+from replayverify.programs.model import OpKind, Program
+from replayverify.programs.state import Snapshot, State, ViewLayout, initial_state, layouts
+
+RNG_BYTES = 24  # key (2 x u32) and counter (4 x u32)
+INDEX_BYTES = 8  # one int64 region index in a journal
+
+
+# ---------------------------------------------------------------- protocol and result
+
+
+@dataclass
+class EngineResult:
+    """What one engine run reports. ``gradient`` is None when admission refused it."""
+
+    engine: str
+    gradient: np.ndarray | None
+    reason: str  # the admission reason when gradient is None
+    forward: Snapshot  # (B, R) right after the engine's own forward pass
+    final: Snapshot  # (B, R) after the whole backward pass: must equal (B_T, R_T)
+    replays: tuple[Snapshot | None, ...]  # per segment: state right after its replay
+    retained_bytes: int
+    peak_temporary_bytes: int
+    replayed_ops: int
+    segment_retained_bytes: tuple[int, ...] = ()
+    strategies: tuple[str, ...] = ()  # what each segment used (guarded: its choice)
+
+    @property
+    def metrics(self) -> dict[str, int]:
+        """The accounting carried by every record of this engine (SPEC §5 records)."""
+        return {"retained_bytes": self.retained_bytes,
+                "temporary_bytes": self.peak_temporary_bytes,
+                "replayed_ops": self.replayed_ops}
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An engine: a name and one method. Register your own with ``engines.register``."""
+
+    name: str
+
+    def run(self, program: Program, *, admission: Admission | None = None) -> EngineResult:
+        """Forward, backward through the engine's own recovery; report the result.
+
+        ``admission`` is the program's derivative admission (computed when None).
+        """
+        ...
+
+
+# ---------------------------------------------------------------- recovery records
+
+
+@dataclass
+class Recovered:
+    """The historical values one op's reverse rule needs: operands read and draws."""
+
+    operands: dict[str, np.ndarray]
+    draws: np.ndarray | None
+
+
+@dataclass
+class Recovery:
+    """A segment's recovered ops, in order, and the state its replay produced (if any)."""
+
+    ops: list[Recovered]
+    replay: Snapshot | None = None
+
+
+@dataclass
+class Tape:
+    """Everything one run retains, keyed, with per-segment byte accounting."""
+
+    program: Program
+    strategies: tuple[Strategy, ...]
+    data: dict[Any, Any] = field(default_factory=dict)
+    sizes: dict[Any, tuple[int, int]] = field(default_factory=dict)  # key -> (segment, bytes)
+    anchored: list[bool] = field(default_factory=list)
+    chosen: list[str] = field(default_factory=list)
+    journal_owner: list[Strategy | None] = field(default_factory=list)
+    temp_now: int = 0
+    temp_peak: int = 0
+    replayed_ops: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.program.segments)
+        self.lay = layouts(self.program)
+        self.bounds = self.program.segment_bounds()
+        self.retained = [0] * n
+        self.anchored = [st.anchors for st in self.strategies]
+        self.chosen = [st.name for st in self.strategies]
+        # A journalling segment needs every later write journalled up to the next anchor
+        # (or the end): the union of its own and later writes that can destroy its state.
+        owner: Strategy | None = None
+        for st in self.strategies:
+            if st.anchors:
+                owner = None
+            if st.journals:
+                owner = st
+            self.journal_owner.append(owner)
+
+    def segment_of(self, k: int) -> int:
+        for s, (a, b) in enumerate(self.bounds):
+            if a <= k < b:
+                return s
+        raise IndexError(k)
+
+    def keep(self, s: int, key: Any, value: Any, nbytes: int) -> None:
+        """Retain ``value`` for backward, charging ``nbytes`` to segment ``s``."""
+        self.data[key] = value
+        self.sizes[key] = (s, int(nbytes))
+        self.retained[s] += int(nbytes)
+
+    def drop(self, key: Any) -> int:
+        """Release a retained value; returns the bytes it was charged."""
+        s, n = self.sizes.pop(key)
+        del self.data[key]
+        self.retained[s] -= n
+        return n
+
+    def borrow(self, nbytes: int) -> None:
+        """Hold ``nbytes`` of temporary workspace."""
+        self.temp_now += int(nbytes)
+        self.temp_peak = max(self.temp_peak, self.temp_now)
+
+    def give_back(self, nbytes: int) -> None:
+        self.temp_now -= int(nbytes)
+
+    def chain_end(self, s: int) -> int:
+        """The first segment after ``s`` holding an anchor, or the number of segments."""
+        for t in range(s + 1, len(self.bounds)):
+            if self.anchored[t]:
+                return t
+        return len(self.bounds)
+
+
+def gather_view(buffers: Mapping[str, np.ndarray], layout: ViewLayout) -> np.ndarray:
+    """A view's values read from ``buffers`` (any mapping of uint8 arrays)."""
+    raw = buffers[layout.view.buffer][layout.byte_index]
+    return raw.view(layout.dtype).reshape(layout.view.shape)
+
+
+def operand_bytes(rec: Recovered) -> int:
+    n = sum(int(v.nbytes) for v in rec.operands.values())
+    return n + (0 if rec.draws is None else int(rec.draws.nbytes))
+
+
+def copy_buffers(state: State) -> dict[str, np.ndarray]:
+    return {name: buf.copy() for name, buf in state.buffers.items()}
+
+
+def load_buffers(state: State, saved: Mapping[str, np.ndarray]) -> None:
+    """Overwrite the live buffers in place (never rebinding them) with ``saved``."""
+    for name, buf in saved.items():
+        state.buffers[name][...] = buf
+
+
+# ---------------------------------------------------------------- strategy
+
+
+class Strategy:
+    """How one segment is preserved: retain hooks for the forward pass and ``recover``.
+
+    Strategies are stateless; everything a run keeps lives in its :class:`Tape`.
+    ``anchors``: the strategy keeps B_s (it ends a journal chain); ``journals``: it
+    needs its own and later writes journalled (see :meth:`journal_open`).
+    """
+
+    name: ClassVar[str] = "?"
+    anchors: ClassVar[bool] = False
+    journals: ClassVar[bool] = False
+    forward: ClassVar[Mapping[OpKind, ForwardRule]] = FORWARD
+
+    # forward hooks
+    def begin(self, tape: Tape, s: int, state: State) -> None:
+        """Called at the start of segment ``s`` (state is B_s, R_s)."""
+
+    def before(self, tape: Tape, s: int, k: int, state: State) -> None:
+        """Called before op ``k`` runs."""
+
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+        """Called after op ``k`` ran (``ev`` says what it read, wrote and drew)."""
+
+    def end(self, tape: Tape, s: int, state: State) -> None:
+        """Called at the end of segment ``s`` (state is B_{s+1}, R_{s+1})."""
+
+    # journal hooks (used when this strategy owns the journal of a segment)
+    def journal_open(self, tape: Tape, k: int, state: State) -> Any:
+        return None
+
+    def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent,
+                      pending: Any) -> None:
+        """Record the journal entry of op ``k``."""
+
+    # recovery
+    def recover(self, tape: Tape, s: int, state: State) -> Recovery:
+        """The historical operand values of segment ``s``'s ops. Must leave ``state``
+        exactly as it found it (the visible (B_T, R_T))."""
+        raise NotImplementedError
+
+    # shared pieces of replay-based recovery
+    def execute(self, program: Program, k: int, state: State,
+                draws: np.ndarray | None) -> OpEvent:
+        """Re-execute op ``k`` during replay."""
+        return execute_op(program, k, state, draws=draws, forward=self.forward)
+
+    def replay(self, tape: Tape, s: int, state: State,
+               draws: Mapping[int, np.ndarray] | None = None) -> list[Recovered]:
+        """Re-execute segment ``s`` from the current state, capturing each op's operands."""
+        a, b = tape.bounds[s]
+        out = []
+        for k in range(a, b):
+            ev = self.execute(tape.program, k, state, None if draws is None else draws.get(k))
+            rec = Recovered(ev.operands, ev.draws)
+            tape.borrow(operand_bytes(rec))
+            out.append(rec)
+        tape.replayed_ops += b - a
+        return out
+
+    def reinstate(self, state: State, saved: dict[str, np.ndarray] | None, rng) -> None:
+        """End of a transaction: put the visible bytes (when saved) and R back."""
+        if saved is not None:
+            load_buffers(state, saved)
+        state.rng = rng
+
+    @contextmanager
+    def transaction(self, tape: Tape, state: State, *, copy_visible: bool) -> Iterator[None]:
+        """Replay as a transaction: save what reinstating the visible state needs
+        (R always; all bytes when ``copy_visible``), run the body, reinstate."""
+        rng = state.rng
+        saved = copy_buffers(state) if copy_visible else None
+        held = RNG_BYTES + (tape.program.nbytes if copy_visible else 0)
+        tape.borrow(held)
+        try:
+            yield
+        finally:
+            self.reinstate(state, saved, rng)
+            tape.give_back(held)
+
+
+# ---------------------------------------------------------------- the run loop
+
+
+@dataclass(frozen=True)
+class _ReverseRecord:
+    """The fields of an interpreter OpRecord that the reverse rules read."""
+
+    operands: dict[str, np.ndarray]
+    dtype: np.dtype
+    draws: np.ndarray | None
+    dst_size: int
+    where: np.ndarray | None  # flat positions written (None: all, in order)
+
+
+def _forward(tape: Tape, state: State) -> None:
+    program = tape.program
+    for s, (a, b) in enumerate(tape.bounds):
+        st, owner = tape.strategies[s], tape.journal_owner[s]
+        st.begin(tape, s, state)
+        for k in range(a, b):
+            st.before(tape, s, k, state)
+            pending = owner.journal_open(tape, k, state) if owner is not None else None
+            ev = execute_op(program, k, state)
+            if owner is not None:
+                owner.journal_close(tape, s, k, state, ev, pending)
+            st.after(tape, s, k, state, ev)
+        st.end(tape, s, state)
+
+
+def _back_op(tape: Tape, adj: dict[str, np.ndarray], k: int, rec: Recovered) -> None:
+    """vbar_p(k) += vbar_k * f_k'(v_p(k)) on storage slots, for op ``k``."""
+    op = tape.program.ops[k]
+    dst = tape.lay[op.dst]
+    where = None
+    if op.kind is OpKind.SCATTER:
+        where = scatter_winners(rec.operands["index"], dst.size)[0]
+    slots = dst.starts if where is None else dst.starts[where]
+    a = adj[dst.view.buffer]
+    g = a[slots]
+    a[dst.bytes_of(where)] = 0.0
+    rule = REVERSE[op.kind]
+    if rule is None or not dst.view.is_float or g.size == 0:
+        return
+    with np.errstate(all="ignore"):
+        contribs = rule(op, _ReverseRecord(rec.operands, dst.dtype, rec.draws, dst.size, where),
+                        g)
+    for f, c in contribs.items():
+        src = tape.lay[getattr(op, f)]
+        np.add.at(adj[src.view.buffer], src.starts, c)
+
+
+def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
+                   admission: Admission | None = None) -> EngineResult:
+    """Run ``program`` preserving segment s with ``strategies[s]``; see the module doc."""
+    strategies = tuple(strategies)
+    if len(strategies) != len(program.segments):
+        raise ValueError(f"{len(strategies)} strategies for a program with "
+                         f"{len(program.segments)} segments")
+    if admission is None:
+        admission = execute(program, record_boundaries=False).admission
+    tape = Tape(program, strategies)
+    state = initial_state(program)
+    _forward(tape, state)
+    forward = state.snapshot()
+    retained = sum(tape.retained)
+    seg_retained = tuple(tape.retained)
+
+    lay = tape.lay
+    adj = {b.name: np.zeros(b.nbytes, dtype=np.float64) for b in program.buffers}
+    loss = lay[program.loss.view]
+    if loss.view.is_float:
+        np.add.at(adj[loss.view.buffer], loss.starts,
+                  np.asarray(program.loss.weights, dtype=np.float64))
+    replays: list[Snapshot | None] = [None] * len(tape.bounds)
+    for s in reversed(range(len(tape.bounds))):
+        rec = strategies[s].recover(tape, s, state)
+        replays[s] = rec.replay
+        if admission.supported:
+            a, _ = tape.bounds[s]
+            for j in reversed(range(len(rec.ops))):
+                _back_op(tape, adj, a + j, rec.ops[j])
+        tape.temp_now = 0  # the segment's workspace is released once it is differentiated
+
+    gradient = None
+    if admission.supported:
+        parts = [adj[lay[n].view.buffer][lay[n].starts] for n in program.inputs]
+        gradient = np.concatenate(parts) if parts else np.empty(0, np.float64)
+    return EngineResult(
+        engine=name, gradient=gradient, reason="" if admission.supported else admission.reason,
+        forward=forward, final=state.snapshot(), replays=tuple(replays),
+        retained_bytes=retained, peak_temporary_bytes=tape.temp_peak,
+        replayed_ops=tape.replayed_ops, segment_retained_bytes=seg_retained,
+        strategies=tuple(tape.chosen),
+    )

@@ -1,0 +1,167 @@
+"""Deliberately wrong strategies: each models one real bug class of recomputation code.
+
+Every mutant is a small variation of a real strategy (one method or one table) and is
+registered, next to the real engines, in ``replayverify.engines.registry``. The
+checkers must detect each of them on some program: a verifier that passes them all is
+not checking anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from replayverify.engines.base import Tape
+from replayverify.engines.strategies import Eager, JournalEntry, ReadSet, Region, Whole
+from replayverify.programs.interpreter import FORWARD, ForwardRule, OpEvent, scatter_winners
+from replayverify.programs.model import Op, OpKind, Program
+from replayverify.programs.state import State, layouts
+
+# ---------------------------------------------------------------- region
+
+
+class RegionCurrentSegmentOnly(Region):
+    """The published pitfall: the journal walked for segment s holds only s's own writes,
+    so bytes s needs that a later segment overwrote are never restored."""
+
+    def undo_span(self, tape: Tape, s: int, t: int) -> tuple[int, int]:
+        return s, s + 1
+
+
+class RegionUndoForwardOrder(Region):
+    """Undo applied in write order: a byte written twice ends at its middle value."""
+
+    def undo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
+        for e in entries:
+            state.buffers[e.buffer][e.index] = e.old
+
+
+class RegionMissingRedo(Region):
+    """No redo after replay: the visible state is left at B_{s+1} instead of B_T."""
+
+    def redo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
+        pass
+
+
+class RegionLiveRng(Region):
+    """R_s not restored before replay: the segment redraws from the visible generator."""
+
+    def restore_rng(self, tape: Tape, s: int, state: State) -> None:
+        pass
+
+
+class RegionFloatWritesOnly(Region):
+    """Only differentiable (float) writes journalled: integer writes over aliased bytes
+    are never undone."""
+
+    def journal_open(self, tape: Tape, k: int, state: State):
+        if not tape.lay[tape.program.ops[k].dst].view.is_float:
+            return None
+        return super().journal_open(tape, k, state)
+
+
+# ---------------------------------------------------------------- whole
+
+
+class WholeRedrawNoise(Whole):
+    """Replay draws fresh noise from the live generator: neither the recorded draws are
+    reused nor R_s restored."""
+
+    def load_anchor(self, tape: Tape, s: int, state: State) -> None:
+        rng = state.rng
+        super().load_anchor(tape, s, state)
+        state.rng = rng
+
+    def recorded_draws(self, tape: Tape, s: int) -> dict[int, np.ndarray] | None:
+        return None
+
+
+class WholeRngNotReinstated(Whole):
+    """The transaction puts the visible bytes back but leaves R where replay left it."""
+
+    def reinstate(self, state: State, saved, rng) -> None:
+        super().reinstate(state, saved, state.rng)
+
+
+class WholeMemcpyOverlap(Whole):
+    """Replay copies element by element in ascending order (memcpy, not memmove): an
+    overlapping copy reads elements it has already overwritten."""
+
+    def execute(self, program: Program, k: int, state: State,
+                draws: np.ndarray | None) -> OpEvent:
+        op = program.ops[k]
+        if op.kind is not OpKind.COPY:
+            return super().execute(program, k, state, draws)
+        lay = layouts(program)
+        dst, src = lay[op.dst], lay[op.x]
+        x = state.read(src)
+        sbuf, dbuf = state.buffers[src.view.buffer], state.buffers[dst.view.buffer]
+        for i in range(dst.size):  # per element on purpose: this is the bug
+            dbuf[dst.bytes_of(np.array([i]))] = sbuf[src.bytes_of(np.array([i]))]
+        return OpEvent(k, {"x": x}, state.read(dst).reshape(-1), None, None, state.rng)
+
+
+def _scatter_first_wins(op, o, d, t):
+    where, src = scatter_winners(o["index"], o["dst_size"], last_wins=False)
+    return o["x"].reshape(-1)[src], where
+
+
+class WholeScatterFirstWins(Whole):
+    """Replay's scatter lets the first duplicate index win instead of the last."""
+
+    forward: ClassVar[Mapping[OpKind, ForwardRule]] = {**FORWARD,
+                                                       OpKind.SCATTER: _scatter_first_wins}
+
+
+class WholeAnchorAfterFirstOp(Whole):
+    """The anchor is taken one op late: after the segment's first op ran."""
+
+    def begin(self, tape: Tape, s: int, state: State) -> None:
+        a, b = tape.bounds[s]
+        if a == b:
+            self.take_anchor(tape, s, state)
+
+    def before(self, tape: Tape, s: int, k: int, state: State) -> None:
+        pass
+
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+        super().after(tape, s, k, state, ev)
+        if k == tape.bounds[s][0]:
+            self.take_anchor(tape, s, state)
+
+
+# ---------------------------------------------------------------- read-set and eager
+
+
+class ReadSetCaptureAfterWrite(ReadSet):
+    """The read set is captured after the op ran: an op whose destination overlaps its
+    sources retains values it wrote, not values it read."""
+
+    def before(self, tape: Tape, s: int, k: int, state: State) -> None:
+        pass
+
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+        self.capture(tape, s, k, state)
+
+
+class ReadSetLiveIndex(ReadSet):
+    """Gather/scatter indices are not retained: backward reads them from live storage."""
+
+    def retained_fields(self, op: Op) -> tuple[str, ...]:
+        return op.spec.sources
+
+
+class EagerRetainedView(Eager):
+    """A retained view of the live buffer instead of a copy: backward reads final storage."""
+
+    def keep_buffer(self, buf: np.ndarray) -> np.ndarray:
+        return buf
+
+
+class EagerMaskFromLiveRng(Eager):
+    """The dropout mask is recomputed from the live generator instead of the saved R."""
+
+    def rng_for(self, tape: Tape, k: int, saved_rng, state: State):
+        return state.rng

@@ -1,0 +1,97 @@
+"""Engines by name: the built-in engines and mutants are listed here, and only here.
+
+``register(name, engine)`` adds a user's engine (anything with a ``name`` and a
+``run(program, *, admission=None)`` method) so the verifier checks it like the
+built-in ones; a name already taken is refused.
+"""
+
+from __future__ import annotations
+
+from replayverify.engines import mutants as m
+from replayverify.engines.base import Engine
+from replayverify.engines.strategies import (
+    Eager,
+    Guarded,
+    ReadSet,
+    Region,
+    StrategyEngine,
+    Whole,
+)
+
+ENGINES = ("eager", "whole", "readset", "region", "guarded")
+MUTANT_PREFIX = "mutant:"
+
+
+def _builtin() -> dict[str, Engine]:
+    table = [
+        ("eager", Eager()),
+        ("whole", Whole()),
+        ("readset", ReadSet()),
+        ("region", Region()),
+        ("guarded", Guarded()),
+        ("mutant:region-current-segment-only", m.RegionCurrentSegmentOnly()),
+        ("mutant:region-undo-forward-order", m.RegionUndoForwardOrder()),
+        ("mutant:region-missing-redo", m.RegionMissingRedo()),
+        ("mutant:region-live-rng", m.RegionLiveRng()),
+        ("mutant:region-float-writes-only", m.RegionFloatWritesOnly()),
+        ("mutant:whole-redraw-noise", m.WholeRedrawNoise()),
+        ("mutant:whole-rng-not-reinstated", m.WholeRngNotReinstated()),
+        ("mutant:whole-memcpy-overlap", m.WholeMemcpyOverlap()),
+        ("mutant:whole-scatter-first-wins", m.WholeScatterFirstWins()),
+        ("mutant:whole-anchor-after-first-op", m.WholeAnchorAfterFirstOp()),
+        ("mutant:readset-capture-after-write", m.ReadSetCaptureAfterWrite()),
+        ("mutant:readset-live-index", m.ReadSetLiveIndex()),
+        ("mutant:eager-retained-view", m.EagerRetainedView()),
+        ("mutant:eager-mask-from-live-rng", m.EagerMaskFromLiveRng()),
+    ]
+    return {name: StrategyEngine(name, strategy) for name, strategy in table}
+
+
+_REGISTRY: dict[str, Engine] = _builtin()
+_BUILTIN = frozenset(_REGISTRY)
+
+
+def register(name: str, engine: Engine) -> Engine:
+    """Make ``engine`` available as ``name``. Refuses a taken name or a non-engine."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("an engine name must be a non-empty string")
+    if name in _REGISTRY:
+        raise ValueError(f"an engine named {name!r} is already registered")
+    if not isinstance(engine, Engine):
+        raise TypeError(f"{engine!r} is not an engine: it needs a name and a "
+                        "run(program, *, admission=None) method")
+    _REGISTRY[name] = engine
+    return engine
+
+
+def unregister(name: str) -> None:
+    """Remove a user-registered engine (built-in engines stay)."""
+    if name in _BUILTIN:
+        raise ValueError(f"{name!r} is a built-in engine")
+    _REGISTRY.pop(name, None)
+
+
+def get(name: str) -> Engine:
+    """The engine registered as ``name``; KeyError naming the known engines otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown engine {name!r}; known: {', '.join(_REGISTRY)}") from None
+
+
+def names() -> tuple[str, ...]:
+    """Every registered name, engines and mutants, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def engine_names() -> tuple[str, ...]:
+    """Registered engines that are not mutants."""
+    return tuple(n for n in _REGISTRY if not n.startswith(MUTANT_PREFIX))
+
+
+def mutant_names() -> tuple[str, ...]:
+    return tuple(n for n in _REGISTRY if n.startswith(MUTANT_PREFIX))
+
+
+def is_mutant(name: str) -> bool:
+    return name.startswith(MUTANT_PREFIX)

@@ -1,0 +1,382 @@
+"""The five preservation strategies of SPEC §4 and the engines built from them.
+
+Each strategy differs from the others in what it retains (its forward hooks) and in
+one recovery method. Replay-based recoveries run inside ``Strategy.transaction``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from replayverify.engines.base import (
+    INDEX_BYTES,
+    RNG_BYTES,
+    EngineResult,
+    Recovered,
+    Recovery,
+    Strategy,
+    Tape,
+    copy_buffers,
+    gather_view,
+    load_buffers,
+    run_strategies,
+)
+from replayverify.programs.interpreter import Admission, OpEvent, draw
+from replayverify.programs.model import Op, Program
+from replayverify.programs.state import State
+
+
+def read_fields(op: Op) -> tuple[str, ...]:
+    """The fields whose views an op reads: its value sources, then its index."""
+    return op.spec.sources + (("index",) if op.spec.indexed else ())
+
+
+def redraw(tape: Tape, k: int, rng) -> np.ndarray | None:
+    """The random values op ``k`` consumed, recomputed from the generator state before it."""
+    op = tape.program.ops[k]
+    if not op.spec.draws:
+        return None
+    dst = tape.lay[op.dst]
+    return draw(op, rng, dst.size, dst.dtype)[0]
+
+
+# ---------------------------------------------------------------- eager
+
+
+class Eager(Strategy):
+    """Retains, before every op, the full buffers it reads and R; reads the saved pre-state."""
+
+    name = "eager"
+
+    def keep_buffer(self, buf: np.ndarray) -> np.ndarray:
+        return buf.copy()
+
+    def before(self, tape: Tape, s: int, k: int, state: State) -> None:
+        op = tape.program.ops[k]
+        names = sorted({tape.lay[getattr(op, f)].view.buffer for f in read_fields(op)})
+        saved = {n: self.keep_buffer(state.buffers[n]) for n in names}
+        nbytes = sum(int(state.buffers[n].nbytes) for n in names) + RNG_BYTES
+        tape.keep(s, ("eager", k), (saved, state.rng), nbytes)
+
+    def rng_for(self, tape: Tape, k: int, saved_rng, state: State):
+        return saved_rng
+
+    def recover(self, tape: Tape, s: int, state: State) -> Recovery:
+        a, b = tape.bounds[s]
+        ops = []
+        for k in range(a, b):
+            saved, rng = tape.data[("eager", k)]
+            op = tape.program.ops[k]
+            operands = {f: gather_view(saved, tape.lay[getattr(op, f)]) for f in read_fields(op)}
+            ops.append(Recovered(operands, redraw(tape, k, self.rng_for(tape, k, rng, state))))
+        return Recovery(ops)
+
+
+# ---------------------------------------------------------------- read-set
+
+
+class ReadSet(Strategy):
+    """Retains the bytes each op reads (the union over its read views) and, for draw
+    ops, R before the op; reads the retained operands directly.
+
+    Byte indices are declared by the program, so only values are charged.
+    """
+
+    name = "readset"
+
+    def retained_fields(self, op: Op) -> tuple[str, ...]:
+        return read_fields(op)
+
+    def capture(self, tape: Tape, s: int, k: int, state: State) -> None:
+        op = tape.program.ops[k]
+        per_buffer: dict[str, list[np.ndarray]] = {}
+        for f in self.retained_fields(op):
+            lay = tape.lay[getattr(op, f)]
+            per_buffer.setdefault(lay.view.buffer, []).append(lay.byte_index)
+        kept = {}
+        for name, parts in per_buffer.items():
+            idx = np.unique(np.concatenate(parts))
+            kept[name] = (idx, state.buffers[name][idx])
+        rng = state.rng if op.spec.draws else None
+        nbytes = sum(int(v.nbytes) for _, v in kept.values()) + (RNG_BYTES if rng else 0)
+        tape.keep(s, ("readset", k), (kept, rng), nbytes)
+
+    def before(self, tape: Tape, s: int, k: int, state: State) -> None:
+        self.capture(tape, s, k, state)
+
+    def recover(self, tape: Tape, s: int, state: State) -> Recovery:
+        a, b = tape.bounds[s]
+        ops = []
+        for k in range(a, b):
+            kept, rng = tape.data[("readset", k)]
+            op = tape.program.ops[k]
+            operands = {}
+            for f in read_fields(op):
+                lay = tape.lay[getattr(op, f)]
+                if lay.view.buffer in kept and f in self.retained_fields(op):
+                    idx, vals = kept[lay.view.buffer]
+                    raw = vals[np.searchsorted(idx, lay.byte_index)]
+                    operands[f] = raw.view(lay.dtype).reshape(lay.view.shape)
+                else:  # not retained: whatever the live storage holds now
+                    operands[f] = state.read(lay)
+            ops.append(Recovered(operands, redraw(tape, k, rng)))
+        return Recovery(ops)
+
+
+# ---------------------------------------------------------------- whole
+
+
+class Whole(Strategy):
+    """Retains a full anchor (B_s, R_s) per segment and the random values its ops drew;
+    replays the segment from the anchor reusing the recorded draws."""
+
+    name = "whole"
+    anchors = True
+
+    def take_anchor(self, tape: Tape, s: int, state: State) -> None:
+        tape.keep(s, ("anchor", s), (copy_buffers(state), state.rng),
+                  tape.program.nbytes + RNG_BYTES)
+
+    def begin(self, tape: Tape, s: int, state: State) -> None:
+        self.take_anchor(tape, s, state)
+
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+        if ev.draws is not None:
+            tape.keep(s, ("draws", k), ev.draws.copy(), ev.draws.nbytes)
+
+    def load_anchor(self, tape: Tape, s: int, state: State) -> None:
+        buffers, rng = tape.data[("anchor", s)]
+        load_buffers(state, buffers)
+        state.rng = rng
+
+    def recorded_draws(self, tape: Tape, s: int) -> dict[int, np.ndarray] | None:
+        a, b = tape.bounds[s]
+        return {k: tape.data[("draws", k)] for k in range(a, b) if ("draws", k) in tape.data}
+
+    def recover(self, tape: Tape, s: int, state: State) -> Recovery:
+        with self.transaction(tape, state, copy_visible=True):
+            self.load_anchor(tape, s, state)
+            ops = self.replay(tape, s, state, self.recorded_draws(tape, s))
+            snap = state.snapshot()
+        return Recovery(ops, snap)
+
+
+# ---------------------------------------------------------------- region
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """Old and new bytes of the regions one op overwrote, in one buffer."""
+
+    buffer: str
+    index: np.ndarray  # byte indices of the journalled regions (region-major)
+    old: np.ndarray
+    new: np.ndarray
+    regions: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.old.nbytes + self.new.nbytes) + INDEX_BYTES * self.regions
+
+
+def region_bytes(written: np.ndarray, granularity: int, nbytes: int) -> tuple[np.ndarray, int]:
+    """Byte indices of the aligned ``granularity``-byte regions holding ``written``
+    bytes (the buffer's last region may be a short tail), and the region count."""
+    ids = np.unique(written // granularity)
+    idx = (ids[:, None] * granularity + np.arange(granularity, dtype=np.int64)).reshape(-1)
+    return idx[idx < nbytes], int(ids.size)
+
+
+class Region(Strategy):
+    """Retains R_s and a journal with old and new values of every overwritten region
+    (``granularity`` bytes, default one element of the written view). Recovery undoes
+    the journal in reverse order back to B_s, replays the segment, then redoes the
+    later writes to reinstate (B_T, R_T).
+
+    The journal that recovering segment s walks covers the writes of s *and of every
+    later segment* up to the next anchor (or the end): saving only s's own writes
+    misses later writes that destroy bytes s needs.
+    """
+
+    name = "region"
+    journals = True
+
+    def __init__(self, granularity: int | None = None):
+        if granularity is not None and (not isinstance(granularity, int) or granularity < 1):
+            raise ValueError(f"granularity must be a positive number of bytes, got "
+                             f"{granularity!r}")
+        self.granularity = granularity
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(granularity={self.granularity})"
+
+    def begin(self, tape: Tape, s: int, state: State) -> None:
+        tape.keep(s, ("rng", s), state.rng, RNG_BYTES)
+
+    def journal_open(self, tape: Tape, k: int, state: State) -> Any:
+        dst = tape.lay[tape.program.ops[k].dst]
+        buf = state.buffers[dst.view.buffer]
+        g = self.granularity or dst.dtype.itemsize
+        idx, _ = region_bytes(dst.byte_index, g, buf.size)
+        return idx, buf[idx]  # old bytes of every region the op may write
+
+    def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent,
+                      pending: Any) -> None:
+        if pending is None:
+            return
+        dst = tape.lay[tape.program.ops[k].dst]
+        buf = state.buffers[dst.view.buffer]
+        g = self.granularity or dst.dtype.itemsize
+        idx, old = pending
+        if ev.where is not None:  # a scatter: keep only the regions it actually wrote
+            written, _ = region_bytes(dst.bytes_of(ev.where), g, buf.size)
+            keep = np.isin(idx, written)
+            idx, old = idx[keep], old[keep]
+        regions = int(np.unique(idx // g).size)
+        entry = JournalEntry(dst.view.buffer, idx, old, buf[idx], regions)
+        tape.keep(s, ("journal", k), entry, entry.nbytes)
+
+    def entries(self, tape: Tape, first: int, stop: int) -> list[JournalEntry]:
+        """Journal entries of the ops of segments ``first``..``stop``-1, in write order."""
+        if first >= stop:
+            return []
+        a, b = tape.bounds[first][0], tape.bounds[stop - 1][1]
+        return [tape.data[("journal", k)] for k in range(a, b) if ("journal", k) in tape.data]
+
+    def undo_span(self, tape: Tape, s: int, t: int) -> tuple[int, int]:
+        """Segments whose writes are undone to recover ``s`` from the state at ``t``."""
+        return s, t
+
+    def undo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
+        for e in reversed(entries):
+            state.buffers[e.buffer][e.index] = e.old
+
+    def redo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
+        for e in entries:
+            state.buffers[e.buffer][e.index] = e.new
+
+    def restore_rng(self, tape: Tape, s: int, state: State) -> None:
+        state.rng = tape.data[("rng", s)]
+
+    def recover(self, tape: Tape, s: int, state: State) -> Recovery:
+        t = tape.chain_end(s)
+        last = len(tape.bounds)
+        with self.transaction(tape, state, copy_visible=t < last):
+            if t < last:  # start from the next anchor instead of the visible state
+                buffers, _ = tape.data[("anchor", t)]
+                load_buffers(state, buffers)
+            self.undo(tape, state, self.entries(tape, *self.undo_span(tape, s, t)))
+            self.restore_rng(tape, s, state)
+            ops = self.replay(tape, s, state)
+            snap = state.snapshot()
+            if t == last:
+                self.redo(tape, state, self.entries(tape, s + 1, last))
+        return Recovery(ops, snap)
+
+
+# ---------------------------------------------------------------- guarded
+
+
+class Guarded(Region):
+    """Per segment, the region journal or a whole anchor, whichever payload is smaller.
+
+    Both are taken during the segment's forward pass; at its end the larger is dropped
+    (and counted as temporary). Recovery follows the representation kept.
+    """
+
+    name = "guarded"
+    _whole = Whole()
+
+    def begin(self, tape: Tape, s: int, state: State) -> None:
+        super().begin(tape, s, state)
+        self._whole.begin(tape, s, state)
+
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+        self._whole.after(tape, s, k, state, ev)
+
+    def end(self, tape: Tape, s: int, state: State) -> None:
+        a, b = tape.bounds[s]
+        journal = [("rng", s)] + [("journal", k) for k in range(a, b)
+                                  if ("journal", k) in tape.data]
+        anchor = [("anchor", s)] + [("draws", k) for k in range(a, b)
+                                    if ("draws", k) in tape.data]
+        j_bytes = sum(tape.sizes[key][1] for key in journal)
+        a_bytes = sum(tape.sizes[key][1] for key in anchor)
+        use_anchor = a_bytes < j_bytes
+        dropped = sum(tape.drop(key) for key in (journal if use_anchor else anchor))
+        tape.borrow(dropped)  # both were held until here
+        tape.give_back(dropped)
+        tape.anchored[s] = use_anchor
+        tape.chosen[s] = "whole" if use_anchor else "region"
+
+    def recover(self, tape: Tape, s: int, state: State) -> Recovery:
+        if tape.anchored[s]:
+            return self._whole.recover(tape, s, state)
+        return super().recover(tape, s, state)
+
+
+# ---------------------------------------------------------------- engines
+
+POLICY_STRATEGIES: dict[str, Strategy] = {
+    "eager": Eager(),
+    "readset": ReadSet(),
+    "whole": Whole(),
+    "region": Region(),
+}
+
+
+@dataclass(frozen=True)
+class StrategyEngine:
+    """An engine that preserves every segment with one strategy."""
+
+    name: str
+    strategy: Strategy
+
+    def run(self, program: Program, *, admission: Admission | None = None) -> EngineResult:
+        strategies = (self.strategy,) * len(program.segments)
+        return run_strategies(self.name, program, strategies, admission)
+
+
+def parse_policy(text: str | Sequence[str]) -> tuple[str, ...]:
+    """A policy from "eager,region,..." (or a sequence of names); ValueError if unknown."""
+    items = [p.strip() for p in text.split(",")] if isinstance(text, str) else list(text)
+    bad = [p for p in items if p not in POLICY_STRATEGIES]
+    if bad or not items:
+        raise ValueError(f"policy entries must be among {', '.join(POLICY_STRATEGIES)}; "
+                         f"got {', '.join(map(repr, bad)) or 'nothing'}")
+    return tuple(items)
+
+
+@dataclass(frozen=True)
+class PolicyEngine:
+    """An engine that preserves segment s as ``policy[s]`` (eager / whole / region, or
+    readset): any plan the planner emits runs through the same code and checks."""
+
+    policy: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", parse_policy(self.policy))
+
+    @property
+    def name(self) -> str:
+        return "policy:" + ",".join(self.policy)
+
+    def check_segments(self, program: Program) -> None:
+        if len(self.policy) != len(program.segments):
+            raise ValueError(f"the policy has {len(self.policy)} entries but the program "
+                             f"has {len(program.segments)} segments (one entry per segment)")
+
+    def run(self, program: Program, *, admission: Admission | None = None) -> EngineResult:
+        self.check_segments(program)
+        strategies = tuple(POLICY_STRATEGIES[p] for p in self.policy)
+        return run_strategies(self.name, program, strategies, admission)
+
+
+def run_policy(program: Program, policy: str | Sequence[str],
+               admission: Admission | None = None) -> EngineResult:
+    """Run ``program`` under a per-segment policy such as "eager,region,whole"."""
+    return PolicyEngine(tuple(parse_policy(policy))).run(program, admission=admission)

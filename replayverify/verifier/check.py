@@ -1,0 +1,183 @@
+"""Run every check on one program and return one record per (program, check, engine).
+
+The interpreter runs once; each check then runs on that execution, and an exception
+inside a check becomes an ``error`` record carrying its message, so no record is
+ever dropped. Records come in a fixed order: forward-jacobian, complex-step, bytes,
+control:final-storage, control:wrong-rng, then the engines' gradient and bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from replayverify.programs.interpreter import Execution, execute
+from replayverify.programs.model import Program
+from replayverify.verifier.bytes_check import check_bytes
+from replayverify.verifier.compare import Verdict, compare_gradients
+from replayverify.verifier.complex_step import complex_step
+from replayverify.verifier.controls import final_storage_control, wrong_rng_control
+from replayverify.verifier.forward_jacobian import ForwardJacobian, forward_jacobian
+from replayverify.verifier.records import Record
+
+GRADIENT = "gradient"
+FORWARD_JACOBIAN = "forward-jacobian"
+COMPLEX_STEP = "complex-step"
+BYTES = "bytes"
+FINAL_STORAGE = "control:final-storage"
+WRONG_RNG = "control:wrong-rng"
+CHECKS = (GRADIENT, FORWARD_JACOBIAN, COMPLEX_STEP, BYTES, FINAL_STORAGE, WRONG_RNG)
+REFERENCE_CHECKS = (FORWARD_JACOBIAN, COMPLEX_STEP, BYTES, FINAL_STORAGE, WRONG_RNG)
+ENGINE_CHECKS = (GRADIENT, BYTES)  # the checks engine_records reports per engine
+
+
+def program_label(program: Program, program_id: str | None = None) -> str:
+    return program_id or program.name or program.sha256[:16]
+
+
+def forward_jacobian_verdict(ex: Execution, fj: ForwardJacobian) -> Verdict:
+    """Version-graph gradient against the forward Jacobian, admission cross-checked."""
+    adm = ex.admission
+    if not adm.supported:
+        if fj.supported:
+            return Verdict("diverge", None, f"the interpreter refuses ({adm.reason}) but every "
+                           "tangent the forward Jacobian read was defined")
+        if fj.refused_op != adm.op:
+            return Verdict("diverge", None, f"admission disagrees: interpreter: {adm.reason}; "
+                           f"forward Jacobian: {fj.reason}")
+        return Verdict("unsupported", None, f"{adm.reason} (nothing compared)")
+    if not fj.supported:
+        return Verdict("diverge", None, f"the interpreter admits the derivative but {fj.reason}")
+    return compare_gradients(ex.gradient, fj.gradient, ex.program)
+
+
+def complex_step_verdict(ex: Execution) -> Verdict:
+    """Version-graph gradient against the complex step."""
+    cs = complex_step(ex.program, refusal=ex.admission.reason)
+    if not cs.supported:
+        return Verdict("unsupported", None, f"{cs.reason} (nothing compared)")
+    return compare_gradients(ex.gradient, cs.gradient, ex.program)
+
+
+def bytes_verdict(ex: Execution) -> Verdict:
+    res = check_bytes(ex)
+    if res.exact:
+        return Verdict("match", 0.0, f"{res.comparisons} replays exact (bytes and generator)")
+    return Verdict("diverge", float(res.bytes_differing), "; ".join(res.failures))
+
+
+def _engine_records_fn() -> Callable | None:
+    """engine_checks.engine_records when that module exists (the engines are optional)."""
+    try:
+        from replayverify.verifier.engine_checks import engine_records
+    except ModuleNotFoundError as exc:
+        if exc.name == "replayverify.verifier.engine_checks":
+            return None
+        raise
+    return engine_records
+
+
+def _error(label: str, sha: str, check: str, exc: BaseException, seconds: float = 0.0,
+           engine: str = "") -> Record:
+    return Record(label, sha, check, engine, "error", None,
+                  f"{type(exc).__name__}: {exc}", seconds)
+
+
+def check_execution(
+    ex: Execution,
+    *,
+    program_id: str | None = None,
+    engines: Sequence[str] | None = None,
+    checks: Iterable[str] | None = None,
+    mutants: bool = False,
+) -> list[Record]:
+    """Every requested check on an execution (the artifact under test).
+
+    ``engines`` None runs every registered engine, () none; ``mutants`` asks the engine
+    checks for their deliberately broken engines as well.
+    """
+    program = ex.program
+    wanted = _wanted(checks)
+    label, sha = program_label(program, program_id), program.sha256
+    records: list[Record] = []
+    fj: ForwardJacobian | None = None
+    fj_error: BaseException | None = None
+
+    def run(check: str, fn: Callable[[], Verdict]) -> None:
+        t0 = time.perf_counter()
+        try:
+            v = fn()
+        except Exception as exc:  # one record per check, never dropped
+            records.append(_error(label, sha, check, exc, time.perf_counter() - t0))
+            return
+        records.append(Record(label, sha, check, "", v.outcome, v.max_abs_err, v.detail,
+                              time.perf_counter() - t0))
+
+    if FORWARD_JACOBIAN in wanted or GRADIENT in wanted:
+        t0 = time.perf_counter()
+        try:
+            fj = forward_jacobian(program)
+        except Exception as exc:
+            fj_error = exc
+        fj_seconds = time.perf_counter() - t0
+    if FORWARD_JACOBIAN in wanted:
+        if fj is None:
+            records.append(_error(label, sha, FORWARD_JACOBIAN, fj_error, fj_seconds))
+        else:
+            run(FORWARD_JACOBIAN, lambda: forward_jacobian_verdict(ex, fj))
+    if COMPLEX_STEP in wanted:
+        run(COMPLEX_STEP, lambda: complex_step_verdict(ex))
+    if BYTES in wanted:
+        run(BYTES, lambda: bytes_verdict(ex))
+    if FINAL_STORAGE in wanted:
+        run(FINAL_STORAGE, lambda: final_storage_control(
+            ex, lambda g, g_ref: compare_gradients(g, g_ref, program)))
+    if WRONG_RNG in wanted:
+        run(WRONG_RNG, lambda: wrong_rng_control(ex))
+
+    engine_wanted = [c for c in ENGINE_CHECKS if c in wanted]
+    if engine_wanted and (engines is None or len(engines)):
+        engine_records = _engine_records_fn()
+        if engine_records is not None:
+            reference = fj.gradient if fj is not None else None
+            t0 = time.perf_counter()
+            try:
+                extra = {"mutants": True} if mutants else {}
+                got = engine_records(program, ex, reference, engines, label, **extra)
+            except Exception as exc:
+                records.append(_error(label, sha, GRADIENT, exc, time.perf_counter() - t0,
+                                      engine="*"))
+            else:
+                records.extend(r for r in got if r.check in engine_wanted)
+    return records
+
+
+def _wanted(checks: Iterable[str] | None) -> tuple[str, ...]:
+    if checks is None:
+        return CHECKS
+    checks = tuple(checks)
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown check {unknown[0]!r}; known: {', '.join(CHECKS)}")
+    return checks
+
+
+def check_program(
+    program: Program,
+    *,
+    program_id: str | None = None,
+    engines: Sequence[str] | None = None,
+    checks: Iterable[str] | None = None,
+    mutants: bool = False,
+) -> list[Record]:
+    """Run the interpreter once, then every requested check: one record per check."""
+    wanted = _wanted(checks)
+    t0 = time.perf_counter()
+    try:
+        ex = execute(program)
+    except Exception as exc:
+        label, sha = program_label(program, program_id), program.sha256
+        seconds = time.perf_counter() - t0
+        return [_error(label, sha, c, exc, seconds) for c in wanted]
+    return check_execution(ex, program_id=program_id, engines=engines, checks=wanted,
+                           mutants=mutants)

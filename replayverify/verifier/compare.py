@@ -1,0 +1,48 @@
+"""Verdicts and the gradient comparison of SPEC §5, shared by the checkers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from replayverify.programs.model import Program
+from replayverify.verifier.records import max_abs_err, tolerance
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one check found: outcome, the measured error and a one-line detail."""
+
+    outcome: str
+    max_abs_err: float | None
+    detail: str = ""
+
+
+def float_dtype(program: Program) -> str:
+    """The program's float dtype for tolerances: float32 if any float view is float32."""
+    return "float32" if any(v.dtype == "float32" for v in program.views) else "float64"
+
+
+def compare_gradients(g: np.ndarray, g_ref: np.ndarray, program: Program) -> Verdict:
+    """``match`` iff |g - g_ref| <= 64 eps n_ops max(1, max|g_ref|) everywhere (SPEC §5)."""
+    g = np.asarray(g, np.float64)
+    g_ref = np.asarray(g_ref, np.float64)
+    if g.shape != g_ref.shape:
+        return Verdict("diverge", None, f"gradient shape {g.shape} != reference {g_ref.shape}")
+    if g_ref.size == 0:
+        return Verdict("match", 0.0, "no inputs: the gradient is empty")
+    bad = ~(np.isfinite(g) & np.isfinite(g_ref))
+    if bad.any():
+        if not np.array_equal(g[bad], g_ref[bad], equal_nan=True):
+            j = int(np.flatnonzero(bad & ~((g == g_ref) | (np.isnan(g) & np.isnan(g_ref))))[0])
+            return Verdict("diverge", None, f"non-finite gradient at coordinate {j}: "
+                           f"{float(g[j])!r} vs reference {float(g_ref[j])!r}")
+        g, g_ref = g[~bad], g_ref[~bad]  # identical non-finite entries: compare the rest
+    err = max_abs_err(g, g_ref)
+    tol = tolerance(float_dtype(program), len(program.ops), g_ref)
+    if err <= tol:
+        return Verdict("match", err, f"tolerance {tol:.3g}")
+    j = int(np.argmax(np.abs(g - g_ref)))
+    return Verdict("diverge", err, f"max_abs_err {err:.3g} > tolerance {tol:.3g} "
+                   f"(coordinate {j}: {float(g[j])!r} vs reference {float(g_ref[j])!r})")

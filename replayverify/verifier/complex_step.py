@@ -1,0 +1,160 @@
+"""Complex-step derivative (SPEC §5 ``complex-step``): float64 programs only.
+
+The program runs on complex128 shadow storage: every 8-byte word of every buffer is
+one complex number per input coordinate, storage shape (coordinates, words), with
+input coordinate c perturbed by i*h, h = 1e-200. All coordinates go in one pass.
+Each float op is evaluated with numpy's complex arithmetic and functions on
+(real + i*imag) operands; no derivative formula is written here, and
+gradient = Im(L) / h.
+
+The real part of every word is the storage's bytes, produced by :func:`execute_op`:
+Re f(x + i*h*t) = f(x) - O(h^2), below float64 resolution at h = 1e-200, so taking
+the real part from the real evaluation changes nothing numerically while making
+integer reads of float bytes see exactly the forward pass's bytes (libm's complex
+tanh and the signs of zeros in complex products could otherwise differ in the last
+bit). Integer writes make the imaginary part of the words they touch NaN: such bytes
+have no derivative, and admission guarantees no float op reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
+from replayverify.programs.model import Op, OpKind, Program
+from replayverify.programs.state import ViewLayout, initial_state, layouts
+from replayverify.verifier.forward_jacobian import winners
+
+H = 1e-200
+WORD = 8  # bytes per float64 word
+
+ComplexRule = Callable[[Op, dict, "np.ndarray | None", int],
+                       "tuple[np.ndarray, np.ndarray | None]"]
+
+
+def _c(op: Op, name: str) -> np.float64:
+    return np.float64(op.coef(name))
+
+
+def _gather(op, o, d, n):
+    x = o["x"]
+    return x[:, np.mod(o["index"].astype(np.int64), x.shape[1])], None
+
+
+def _scatter(op, o, d, n):
+    where, src = winners(o["index"], n)
+    return o["x"][:, src], where
+
+
+# Batched complex forward rules: operands (coordinates, elements) complex128, draws and
+# index flat and real. Formulas are SPEC §2's, evaluated in complex128.
+COMPLEX: dict[OpKind, ComplexRule | None] = {
+    OpKind.AXPBY: lambda op, o, d, n: ((_c(op, "a") * o["x"] + _c(op, "b") * o["y"])
+                                       + _c(op, "c"), None),
+    OpKind.MUL: lambda op, o, d, n: (o["x"] * o["y"], None),
+    OpKind.TANH: lambda op, o, d, n: (np.tanh(_c(op, "a") * o["x"]), None),
+    OpKind.SIN: lambda op, o, d, n: (np.sin(_c(op, "a") * o["x"]), None),
+    OpKind.COPY: lambda op, o, d, n: (o["x"], None),
+    OpKind.NOISE: lambda op, o, d, n: (o["x"] + _c(op, "sigma") * d.reshape(1, -1), None),
+    OpKind.DROPOUT: lambda op, o, d, n: ((o["x"] * d.reshape(1, -1)) / _c(op, "keep"), None),
+    OpKind.GATHER: _gather,
+    OpKind.SCATTER: _scatter,
+    # Integer ops: no imaginary part flows through integers.
+    OpKind.IADD: None,
+    OpKind.IXOR: None,
+    OpKind.ICOPY: None,
+}
+
+
+def float32_views(program: Program) -> list[str]:
+    return [v.name for v in program.views if v.dtype == "float32"]
+
+
+@dataclass(frozen=True)
+class ComplexStep:
+    gradient: np.ndarray | None
+    reason: str = ""  # why there is no gradient
+
+    @property
+    def supported(self) -> bool:
+        return self.gradient is not None
+
+
+class _Imag:
+    """Imaginary parts of every float64 word, (coordinates, words) per buffer."""
+
+    def __init__(self, program: Program, n_coords: int):
+        self.imag = {b.name: np.zeros((n_coords, -(-b.nbytes // WORD)))
+                     for b in program.buffers}
+
+    def read(self, layout: ViewLayout) -> np.ndarray:
+        return self.imag[layout.view.buffer][:, layout.starts // WORD]
+
+    def write(self, layout: ViewLayout, imag: np.ndarray | None, where) -> None:
+        if imag is None:  # integer write: the words it touches have no derivative
+            words = np.unique(layout.bytes_of(where) // WORD)
+            self.imag[layout.view.buffer][:, words] = np.nan
+            return
+        starts = layout.starts if where is None else layout.starts[where]
+        self.imag[layout.view.buffer][:, starts // WORD] = imag
+
+
+def complex_step(
+    program: Program,
+    *,
+    refusal: str = "",
+    forward: dict[OpKind, ForwardRule] = FORWARD,
+    rules: dict[OpKind, ComplexRule | None] = COMPLEX,
+    h: float = H,
+) -> ComplexStep:
+    """dL/d(inputs) = Im(L(inputs + i*h*e_c)) / h for every coordinate c, in one pass.
+
+    ``refusal`` is the interpreter's admission reason when the derivative is not admitted.
+    """
+    f32 = float32_views(program)
+    if f32:
+        return ComplexStep(None, "complex-step needs float64 storage; float32 views: "
+                           + ", ".join(f32))
+    if refusal:
+        return ComplexStep(None, refusal)
+    lay = layouts(program)
+    inputs = [lay[name] for name in program.inputs]
+    n_coords = sum(lo.size for lo in inputs)
+    im = _Imag(program, n_coords)
+    at = 0
+    for lo in inputs:
+        seed = np.zeros((n_coords, lo.size))
+        seed[at + np.arange(lo.size), np.arange(lo.size)] = h
+        im.write(lo, seed, None)
+        at += lo.size
+
+    state = initial_state(program)
+    for k, op in enumerate(program.ops):
+        dst = lay[op.dst]
+        if not dst.view.is_float:
+            ev = execute_op(program, k, state, forward=forward)
+            im.write(dst, None, ev.where)
+            continue
+        imag = {f: im.read(lay[getattr(op, f)]) for f in op.spec.sources}
+        ev = execute_op(program, k, state, forward=forward)
+        operands = {f: ev.operands[f].reshape(1, -1) + 1j * imag[f] for f in imag}
+        if op.spec.indexed:
+            operands["index"] = ev.operands["index"].reshape(-1)
+        draws = None if ev.draws is None else ev.draws.reshape(-1).astype(np.float64)
+        rule = rules[op.kind]
+        if rule is None:
+            raise ValueError(f"op {k}: {op.kind.value} writes a float view but has no "
+                             "complex rule")
+        with np.errstate(over="ignore", invalid="ignore"):
+            out, where = rule(op, operands, draws, dst.size)
+        im.write(dst, np.imag(out), where)
+
+    loss = lay[program.loss.view]
+    if not loss.view.is_float:
+        return ComplexStep(np.zeros(n_coords))
+    w = np.asarray(program.loss.weights, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return ComplexStep(np.sum(w[None, :] * im.read(loss), axis=1) / h)

@@ -1,0 +1,90 @@
+"""Negative controls (SPEC §5): deliberately wrong recoveries that the checks must catch.
+
+``control:final-storage`` runs the reverse sweep with the operand values a reverse
+rule depends on read from the final storage instead of the recorded versions, and
+asks the gradient comparison to catch it. ``control:wrong-rng`` replays a drawing
+segment from the wrong generator state (the visible final one, as a replay that
+forgot to restore R_s would) and asks the byte comparison to catch it. A control that
+cannot apply reports ``unsupported`` with the reason, never ``missed``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replayverify.programs.interpreter import (
+    REVERSE,
+    VALUE_OPERANDS,
+    Execution,
+    ReverseRule,
+    final_storage_operands,
+    reverse_sweep,
+)
+from replayverify.programs.model import OpKind
+from replayverify.verifier.bytes_check import diff_states, replay
+from replayverify.verifier.compare import Verdict
+
+
+def stale_reads(ex: Execution) -> list[str]:
+    """'op k field' for every value a reverse rule depends on whose bytes differ at the end."""
+    final = final_storage_operands(ex)
+    out = []
+    for rec in ex.records:
+        if not rec.float_op or rec.op.kind not in VALUE_OPERANDS:
+            continue
+        now = final(rec)
+        for f in VALUE_OPERANDS[rec.op.kind]:
+            if now[f].tobytes() != rec.operands[f].tobytes():
+                out.append(f"op {rec.index} {rec.op.kind.value} {f}")
+    return out
+
+
+def final_storage_control(ex: Execution, compare, *,
+                          reverse: dict[OpKind, ReverseRule | None] = REVERSE) -> Verdict:
+    """Sweep with final-storage operands; ``compare(g, g_ref)`` returns a gradient Verdict."""
+    if not ex.admission.supported:
+        return Verdict("unsupported", None,
+                       f"the derivative is not admitted: {ex.admission.reason}")
+    stale = stale_reads(ex)
+    if not stale:
+        return Verdict("unsupported", None, "no value a reverse rule depends on (mul, tanh, "
+                       "sin operand; gather, scatter index) differs in the final storage")
+    g_ref = ex.gradient
+    g_bad = reverse_sweep(ex, reverse, operands=final_storage_operands(ex))
+    where = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
+    if np.array_equal(g_bad, g_ref, equal_nan=True):
+        # The stale values feed no contribution that reaches an input (a zero adjoint,
+        # a constant partner operand, an unchanged index mod n): nothing to detect.
+        return Verdict("unsupported", None, f"stale values ({where}) do not reach the "
+                       "gradient: the final-storage sweep reproduces it bit for bit")
+    v = compare(g_bad, g_ref)
+    if v.outcome == "match":
+        return Verdict("missed", v.max_abs_err,
+                       f"final-storage gradient within tolerance ({v.detail}); stale: {where}")
+    return Verdict("detected", v.max_abs_err, f"{v.detail}; stale: {where}")
+
+
+def draws_in(ex: Execution, first: int, end: int) -> bool:
+    return any(op.spec.draws for op in ex.program.ops[first:end])
+
+
+def wrong_rng_control(ex: Execution) -> Verdict:
+    """Replay the first drawing segment from R_T (or R_s + 1 block if R_T equals R_s)."""
+    program = ex.program
+    bounds = program.segment_bounds()
+    drawing = [s for s, (lo, hi) in enumerate(bounds) if draws_in(ex, lo, hi)]
+    if not drawing:
+        return Verdict("unsupported", None, "the program draws no random values")
+    s = drawing[0]
+    lo, hi = bounds[s]
+    start, want = ex.boundaries[s], ex.boundaries[s + 1]
+    wrong, how = ex.rng, "the final generator state R_T"
+    if tuple(wrong) == tuple(start.rng):
+        wrong, how = start.rng.advanced(1), "R_s advanced by one block"
+    d = diff_states(replay(program, start, lo, hi, rng=wrong), want)
+    label = f"segment {s} replayed from {how}"
+    if d.exact:
+        return Verdict("missed", 0.0, f"{label}: bytes and generator state equal")
+    return Verdict("detected", float(d.bytes),
+                   f"{label}: {d.bytes} bytes differ; " + "; ".join(d.notes))
+

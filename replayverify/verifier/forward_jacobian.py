@@ -1,0 +1,239 @@
+"""Forward-mode Jacobian through the mutable storage (SPEC §5 ``forward-jacobian``).
+
+Tangents shadow the storage itself, never the version graph: every distinct float
+element address (buffer, first byte, dtype) owns one row of a float64 tangent array
+of shape (addresses, input coordinates), so all coordinates propagate at once. Each
+byte carries a tag, the address whose write last covered it (or "constant", or
+"integer write"); a float read of an element is defined iff all its bytes carry that
+element's own address or are all constant, which is SPEC §3's admission rule stated
+on addresses. Values come from :func:`execute_op`; the tangent rules below are
+derived independently of the interpreter's reverse rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
+from replayverify.programs.model import Op, OpKind, Program
+from replayverify.programs.state import ViewLayout, initial_state, layouts
+
+CONST = -1  # tag of bytes never written by an op and not in an input: tangent 0
+INT_WRITTEN = -2  # tag of bytes last written by an integer op: tangent undefined
+
+Values = dict[str, np.ndarray]  # operand values, flat (float64 for float operands)
+Tangents = dict[str, np.ndarray]  # operand tangents, (elements, coordinates)
+TangentRule = Callable[[Op, Values, Tangents, "np.ndarray | None", np.dtype, int],
+                       "tuple[np.ndarray, np.ndarray | None]"]
+
+
+def _coef(op: Op, name: str, dtype: np.dtype) -> float:
+    """A coefficient converted to the view's dtype first (SPEC §2), then to float64."""
+    return float(dtype.type(op.coef(name)))
+
+
+def winners(index: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dst positions hit, the last j that writes each), positions ascending."""
+    pos = np.mod(index.reshape(-1).astype(np.int64), n)
+    last = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(last, pos, np.arange(pos.size, dtype=np.int64))
+    where = np.flatnonzero(last >= 0)
+    return where, last[where]
+
+
+# ---------------------------------------------------------------- tangent rules
+#
+# A tangent rule maps (op, values, tangents, draws, dtype, dst size) to (tangent of the
+# written elements, where): d(dst) = J d(sources). Products are formed in the order
+# the chain rule reads left to right, tangent first.
+
+
+def _t_axpby(op, v, t, d, dt, n):
+    return t["x"] * _coef(op, "a", dt) + t["y"] * _coef(op, "b", dt), None
+
+
+def _t_mul(op, v, t, d, dt, n):
+    return t["x"] * v["y"][:, None] + t["y"] * v["x"][:, None], None
+
+
+def _t_tanh(op, v, t, d, dt, n):
+    a = _coef(op, "a", dt)
+    return (t["x"] * a) * (1.0 - np.tanh(a * v["x"]) ** 2)[:, None], None
+
+
+def _t_sin(op, v, t, d, dt, n):
+    a = _coef(op, "a", dt)
+    return (t["x"] * a) * np.cos(a * v["x"])[:, None], None
+
+
+def _t_dropout(op, v, t, d, dt, n):
+    mask = d.reshape(-1).astype(np.float64)[:, None]
+    return (t["x"] * mask) / _coef(op, "keep", dt), None
+
+
+def _t_gather(op, v, t, d, dt, n):
+    return t["x"][np.mod(v["index"].astype(np.int64), t["x"].shape[0])], None
+
+
+def _t_scatter(op, v, t, d, dt, n):
+    where, src = winners(v["index"], n)
+    return t["x"][src], where
+
+
+TANGENT: dict[OpKind, TangentRule | None] = {
+    OpKind.AXPBY: _t_axpby,
+    OpKind.MUL: _t_mul,
+    OpKind.TANH: _t_tanh,
+    OpKind.SIN: _t_sin,
+    OpKind.COPY: lambda op, v, t, d, dt, n: (t["x"], None),
+    OpKind.NOISE: lambda op, v, t, d, dt, n: (t["x"], None),  # x + sigma*z: z is a constant
+    OpKind.DROPOUT: _t_dropout,
+    OpKind.GATHER: _t_gather,
+    OpKind.SCATTER: _t_scatter,
+    # Integer ops have no tangent: the bytes they write become undefined for float reads.
+    OpKind.IADD: None,
+    OpKind.IXOR: None,
+    OpKind.ICOPY: None,
+}
+
+
+# ---------------------------------------------------------------- tangent storage
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """One tangent row per distinct float element address (buffer, first byte, dtype)."""
+
+    count: int
+    of_view: dict[str, np.ndarray]  # float view -> address id of each element (row-major)
+
+
+def addresses(program: Program) -> Addresses:
+    lay = layouts(program)
+    buf_id = {b.name: i for i, b in enumerate(program.buffers)}
+    floats = [lay[v.name] for v in program.views if v.is_float]
+    if not floats:
+        return Addresses(0, {})
+    # key = (buffer, first byte, itemsize): the itemsize distinguishes float32 from float64
+    keys = np.concatenate([
+        np.stack([np.full(lo.size, buf_id[lo.view.buffer]), lo.starts,
+                  np.full(lo.size, lo.dtype.itemsize)], axis=1) for lo in floats
+    ])
+    _, ids = np.unique(keys, axis=0, return_inverse=True)
+    ids = ids.reshape(-1)
+    out, at = {}, 0
+    for lo in floats:
+        out[lo.view.name] = ids[at:at + lo.size]
+        at += lo.size
+    return Addresses(int(ids.max()) + 1, out)
+
+
+@dataclass(frozen=True)
+class ForwardJacobian:
+    """The result: the gradient, or None with the first float read of undefined bytes."""
+
+    gradient: np.ndarray | None
+    refused_op: int | None = None  # None with a reason: the loss read was refused
+    reason: str = ""
+    loss_tangent: np.ndarray | None = None  # (loss elements, coordinates)
+
+    @property
+    def supported(self) -> bool:
+        return self.gradient is not None
+
+
+class _Shadow:
+    """Tangent rows per address and a per-byte tag of the address that last wrote it."""
+
+    def __init__(self, program: Program, n_coords: int):
+        self.program = program
+        self.addr = addresses(program)
+        self.tangent = np.zeros((self.addr.count, n_coords))
+        self.tags = {b.name: np.full(b.nbytes, CONST, np.int64) for b in program.buffers}
+
+    def read(self, layout: ViewLayout) -> tuple[np.ndarray, int | None]:
+        """Tangents (elements, coordinates) of a float view; the first undefined element."""
+        own = self.addr.of_view[layout.view.name]
+        tags = self.tags[layout.view.buffer][layout.byte_index].reshape(layout.size, -1)
+        mine = np.all(tags == own[:, None], axis=1)
+        const = np.all(tags == CONST, axis=1)
+        bad = ~(mine | const)
+        first = int(np.flatnonzero(bad)[0]) if bad.any() else None
+        return np.where(mine[:, None], self.tangent[own], 0.0), first
+
+    def write(self, layout: ViewLayout, tangent: np.ndarray | None, where) -> None:
+        """Tangents of the written elements (None: an integer write, tangent undefined)."""
+        pos = slice(None) if where is None else where
+        item = layout.dtype.itemsize
+        if tangent is None:
+            self.tags[layout.view.buffer][layout.bytes_of(where)] = INT_WRITTEN
+            return
+        own = self.addr.of_view[layout.view.name][pos]
+        self.tangent[own] = tangent
+        self.tags[layout.view.buffer][layout.bytes_of(where)] = np.repeat(own, item)
+
+    def why(self, layout: ViewLayout, j: int, what: str) -> str:
+        tags = self.tags[layout.view.buffer][layout.bytes_of(np.array([j]))]
+        where = f"float read at {what} (view {layout.view.name!r} element {j})"
+        if np.any(tags == INT_WRITTEN):
+            return f"{where}: its bytes were last written by an integer op"
+        return f"{where}: its bytes are not one float write of this element's address"
+
+
+def forward_jacobian(
+    program: Program,
+    *,
+    forward: dict[OpKind, ForwardRule] = FORWARD,
+    tangent: dict[OpKind, TangentRule | None] = TANGENT,
+) -> ForwardJacobian:
+    """dL/d(inputs) by forward tangents through the storage, all coordinates at once."""
+    lay = layouts(program)
+    inputs = [lay[name] for name in program.inputs]
+    n_coords = sum(lo.size for lo in inputs)
+    shadow = _Shadow(program, n_coords)
+    state = initial_state(program)
+    at = 0
+    for lo in inputs:
+        seed = np.zeros((lo.size, n_coords))
+        seed[np.arange(lo.size), at + np.arange(lo.size)] = 1.0
+        shadow.write(lo, seed, None)
+        at += lo.size
+
+    refused: tuple[int | None, str] | None = None
+    for k, op in enumerate(program.ops):
+        dst = lay[op.dst]
+        tans = {}
+        if dst.view.is_float:
+            for f in op.spec.sources:
+                src = lay[getattr(op, f)]
+                tans[f], bad = shadow.read(src)
+                if bad is not None and refused is None:
+                    refused = (k, shadow.why(src, bad, f"op {k}"))
+        ev = execute_op(program, k, state, forward=forward)
+        if not dst.view.is_float:
+            shadow.write(dst, None, ev.where)
+            continue
+        rule = tangent[op.kind]
+        if rule is None:
+            raise ValueError(f"op {k}: {op.kind.value} writes a float view but has no tangent")
+        values = {f: (a.reshape(-1).astype(np.float64) if f != "index" else a.reshape(-1))
+                  for f, a in ev.operands.items()}
+        with np.errstate(over="ignore", invalid="ignore"):
+            t_out, where = rule(op, values, tans, ev.draws, dst.dtype, dst.size)
+        shadow.write(dst, t_out, where)
+
+    loss = lay[program.loss.view]
+    if not loss.view.is_float:
+        return ForwardJacobian(np.zeros(n_coords), loss_tangent=np.zeros((loss.size, n_coords)))
+    t_loss, bad = shadow.read(loss)
+    if bad is not None and refused is None:
+        refused = (None, shadow.why(loss, bad, "the loss"))
+    if refused is not None:
+        return ForwardJacobian(None, refused[0], refused[1])
+    w = np.asarray(program.loss.weights, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        grad = np.sum(w[:, None] * t_loss, axis=0)
+    return ForwardJacobian(grad, loss_tangent=t_loss)

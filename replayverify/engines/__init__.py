@@ -18,6 +18,7 @@ from replayverify.engines.registry import (
     mutant_names,
     names,
     register,
+    resolve,
     unregister,
 )
 from replayverify.engines.strategies import (
@@ -56,6 +57,7 @@ __all__ = [
     "names",
     "parse_policy",
     "register",
+    "resolve",
     "run_policy",
     "run_strategies",
     "unregister",

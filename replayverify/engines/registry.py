@@ -7,11 +7,14 @@ built-in ones; a name already taken is refused.
 
 from __future__ import annotations
 
+import importlib
+
 from replayverify.engines import mutants as m
 from replayverify.engines.base import Engine
 from replayverify.engines.strategies import (
     Eager,
     Guarded,
+    PolicyEngine,
     ReadSet,
     Region,
     StrategyEngine,
@@ -69,6 +72,37 @@ def unregister(name: str) -> None:
     if name in _BUILTIN:
         raise ValueError(f"{name!r} is a built-in engine")
     _REGISTRY.pop(name, None)
+
+
+def resolve(spec: str) -> str:
+    """The registered name for ``spec``, registering it first when needed.
+
+    ``spec`` is a registered name, ``policy:eager,region,...`` (one entry per segment),
+    or ``module:attr`` naming an engine object, or a class or factory returning one,
+    which is registered under ``spec``. Raises ValueError with a one-line reason.
+    """
+    if spec in _REGISTRY:
+        return spec
+    if spec.startswith("policy:"):
+        register(spec, PolicyEngine(tuple(spec[len("policy:"):].split(","))))
+        return spec
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"unknown engine {spec!r}; known: {', '.join(_REGISTRY)} "
+                         "(or module:attr, or policy:eager,region,...)")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot load engine {spec!r}: {exc}") from None
+    if not isinstance(obj, Engine) and callable(obj):
+        obj = obj()
+    try:
+        register(spec, obj)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    return spec
 
 
 def get(name: str) -> Engine:

@@ -1,0 +1,133 @@
+"""Engine records (SPEC §4, §5): per engine a ``gradient`` and a ``bytes`` record; per
+mutant one ``mutant:<...>`` record, ``detected`` or ``missed``.
+
+``gradient``: the engine's gradient against the reference (the forward-Jacobian
+gradient when given, else the version graph's) within the SPEC tolerance, or
+``unsupported`` with the admission reason exactly where admission refuses.
+``bytes``: the engine's forward pass ends in (B_T, R_T), its backward leaves (B_T, R_T)
+exactly, and each segment it replayed reproduced (B_{s+1}, R_{s+1}); the measured error
+is the number of differing bytes. Every record carries the engine's accounting:
+retained bytes, peak temporary bytes and replayed ops.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from replayverify import engines as registry
+from replayverify.engines.base import Engine, EngineResult
+from replayverify.programs.interpreter import Execution, execute
+from replayverify.programs.model import Program
+from replayverify.verifier.bytes_check import diff_states
+from replayverify.verifier.compare import Verdict, compare_gradients
+from replayverify.verifier.records import Record
+
+GRADIENT = "gradient"
+BYTES = "bytes"
+
+
+def gradient_verdict(result: EngineResult, execution: Execution,
+                     reference: np.ndarray | None) -> Verdict:
+    """An engine's gradient against the reference, or ``unsupported`` where admission refuses."""
+    adm = execution.admission
+    if not adm.supported:
+        if result.gradient is not None:
+            return Verdict("diverge", None, f"the engine returned a gradient where admission "
+                           f"refuses it: {adm.reason}")
+        return Verdict("unsupported", None, adm.reason)
+    if result.gradient is None:
+        return Verdict("diverge", None, f"admission holds but the engine returned no gradient "
+                       f"({result.reason or 'no reason given'})")
+    note = ""
+    if reference is None:  # no forward-Jacobian gradient: fall back to the version graph
+        reference, note = execution.gradient, " (against the version graph)"
+    v = compare_gradients(result.gradient, reference, execution.program)
+    return Verdict(v.outcome, v.max_abs_err, v.detail + note)
+
+
+def bytes_verdict(result: EngineResult, execution: Execution) -> Verdict:
+    """Exact bytes and generator state: forward end, after backward, and every replay."""
+    want = execution.final
+    checks = [("after the forward pass", result.forward, want),
+              ("after backward", result.final, want)]
+    replayed = [(s, snap) for s, snap in enumerate(result.replays) if snap is not None]
+    boundaries = execution.boundaries
+    if replayed and len(boundaries) != len(result.replays) + 1:
+        boundaries = execute(execution.program).boundaries
+    checks += [(f"replay of segment {s}", snap, boundaries[s + 1]) for s, snap in replayed]
+    total, notes = 0, []
+    for label, got, expected in checks:
+        d = diff_states(got, expected)
+        total += d.bytes
+        if not d.exact:
+            notes.append(f"{label}: " + "; ".join(d.notes))
+    if notes:
+        return Verdict("diverge", float(total), "; ".join(notes))
+    return Verdict("match", 0.0, f"final state and {len(replayed)} segment replays exact "
+                   "(bytes and generator)")
+
+
+def _engines(names: Sequence[str | Engine] | None, mutants: bool) -> list[tuple[str, Engine]]:
+    if names is None:
+        names = list(registry.engine_names())
+    out = []
+    for item in names:
+        if isinstance(item, str):
+            name = registry.resolve(item)
+            out.append((name, registry.get(name)))
+        else:
+            out.append((item.name, item))
+    if mutants:
+        have = {n for n, _ in out}
+        out += [(n, registry.get(n)) for n in registry.mutant_names() if n not in have]
+    return out
+
+
+def engine_records(program: Program, execution: Execution,
+                   reference_gradient: np.ndarray | None,
+                   engines: Sequence[str | Engine] | None = None,
+                   program_id: str | None = None, *, mutants: bool = False) -> list[Record]:
+    """Run each engine on ``program`` and judge it against ``execution`` (SPEC §5).
+
+    ``engines``: names (registered, ``policy:...`` or ``module:attr``) or engine objects;
+    None means every registered engine that is not a mutant. ``mutants`` adds every
+    registered mutant. Mutants (names ``mutant:...``) give one record each; an engine
+    that raises gives ``error`` records (a mutant that raises counts as ``detected``).
+    """
+    label = program_id or program.name or program.sha256[:16]
+    sha = program.sha256
+    records: list[Record] = []
+    for name, engine in _engines(engines, mutants):
+        mutant = registry.is_mutant(name)
+        t0 = time.perf_counter()
+        try:
+            result = engine.run(program, admission=execution.admission)
+            grad = gradient_verdict(result, execution, reference_gradient)
+            byt = bytes_verdict(result, execution)
+        except Exception as exc:  # one record per check, never dropped
+            seconds = time.perf_counter() - t0
+            msg = f"{type(exc).__name__}: {exc}"
+            if mutant:
+                records.append(Record(label, sha, name, name, "detected", None,
+                                      f"raised {msg}", seconds))
+            else:
+                records += [Record(label, sha, c, name, "error", None, msg, seconds)
+                            for c in (GRADIENT, BYTES)]
+            continue
+        seconds = time.perf_counter() - t0
+        metrics = result.metrics
+        if mutant:
+            found = [f"{c}: {v.detail}" for c, v in ((GRADIENT, grad), (BYTES, byt))
+                     if v.outcome == "diverge"]
+            outcome = "detected" if found else "missed"
+            detail = "; ".join(found) if found else "gradient and bytes both matched"
+            records.append(Record(label, sha, name, name, outcome, grad.max_abs_err, detail,
+                                  seconds, dict(metrics)))
+            continue
+        for check, v in ((GRADIENT, grad), (BYTES, byt)):
+            records.append(Record(label, sha, check, name, v.outcome, v.max_abs_err, v.detail,
+                                  seconds, dict(metrics)))
+    return records

@@ -148,7 +148,8 @@ def check_execution(
                 records.append(_error(label, sha, GRADIENT, exc, time.perf_counter() - t0,
                                       engine="*"))
             else:
-                records.extend(r for r in got if r.check in engine_wanted)
+                records.extend(r for r in got if r.check in engine_wanted
+                               or r.check.startswith("mutant:"))
     return records
 
 

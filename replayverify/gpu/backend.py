@@ -48,12 +48,12 @@ def _load() -> tuple[ModuleType | None, str]:
         return None, INSTALL_HINT
     try:
         cp = importlib.import_module("cupy")
-    except Exception as exc:  # noqa: BLE001 - any import failure means "unavailable"
+    except Exception as exc:  # any import failure means "unavailable"
         _loaded = (None, f"CuPy failed to import: {type(exc).__name__}: {exc}")
         return _loaded
     try:
         count = int(cp.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError when there is no driver
+    except Exception as exc:  # CUDARuntimeError when there is no driver
         _loaded = (None, f"{NO_DEVICE} ({type(exc).__name__}: {exc})")
         return _loaded
     _loaded = (cp, "") if count > 0 else (None, NO_DEVICE)

@@ -45,7 +45,7 @@ Holds = Literal["old", "new"]
 def _check_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         # ValueError, not TypeError: every layout problem is reported the same way.
-        raise ValueError(f"{name} must be an integer, got {type(value).__name__} {value!r}")  # noqa: TRY004
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
     return int(value)
 
 

@@ -1,0 +1,63 @@
+"""``replayverify gpu``: backend information and the cost calibration."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from replayverify.gpu import backend
+
+
+@click.group("gpu")
+def gpu_group() -> None:
+    """The CuPy backend: availability and cost calibration."""
+
+
+@gpu_group.command("info")
+def info() -> None:
+    """Print whether the GPU backend can run here, and why not."""
+    if backend.available():
+        from replayverify.gpu.calibrate import _device
+
+        dev = _device("cupy").describe()
+        click.echo(f"GPU backend available: {dev['name']} (CuPy {dev['cupy']})")
+    else:
+        click.echo(f"GPU backend unavailable: {backend.unavailable_reason()}")
+    click.echo(f"CuPy installed: {'yes' if backend.installed() else 'no'}")
+
+
+@gpu_group.command("calibrate")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory for calibration.json, calibration.md, the plot and profiles/.",
+)
+@click.option("--quick", is_flag=True, help="A reduced grid (64 MiB, 1 and 4 versions).")
+@click.option(
+    "--backend",
+    "backend_name",
+    type=click.Choice(["cupy", "numpy"]),
+    default="cupy",
+    show_default=True,
+    help="numpy runs the same pipeline on the CPU: a smoke test, not GPU numbers.",
+)
+def calibrate_cmd(out_dir: str, quick: bool, backend_name: str) -> None:
+    """Measure eager / whole / region peak memory and step time, and journal bandwidth."""
+    if backend_name == "cupy" and not backend.available():
+        click.echo(
+            f"replayverify: GPU backend unavailable: {backend.unavailable_reason()}", err=True
+        )
+        sys.exit(2)
+    from replayverify.gpu.calibrate import calibrate
+
+    doc = calibrate(
+        out_dir, quick=quick, backend=backend_name, log=lambda msg: click.echo(msg, err=True)
+    )
+    for t in doc["targets"]:
+        met = "not measured" if t["met"] is None else ("met" if t["met"] else "NOT met")
+        value = "n/a" if t["measured"] is None else f"{t['measured']:.3f}"
+        click.echo(f"{t['target']}: {value} ({met})")
+    click.echo(f"wrote {out_dir}/calibration.json, calibration.md, profiles/")

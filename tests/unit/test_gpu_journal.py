@@ -1,0 +1,183 @@
+"""Region journals: the NumPy reference round trips exactly, and bad layouts are refused clearly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from replayverify.gpu import journal as jr
+
+FRACTIONS = [0.001, 0.01, 0.1, 1.0]
+GRANULARITIES = [16, 4096]
+
+
+def _buffer(nbytes: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
+
+
+def _touched(n_regions: int, fraction: float, seed: int) -> np.ndarray:
+    """A sorted random set of about ``fraction`` of the regions (at least one)."""
+    k = max(1, round(fraction * n_regions))
+    rng = np.random.default_rng(seed + 1)
+    return np.sort(rng.choice(n_regions, size=k, replace=False)).astype(np.int64)
+
+
+def _write_inside(buf: np.ndarray, lay: jr.JournalLayout, seed: int) -> None:
+    """Overwrite bytes only inside the layout's regions, including each region's last byte."""
+    rng = np.random.default_rng(seed + 2)
+    g = lay.granularity
+    for r in lay.regions:
+        lo, hi = int(r) * g, min((int(r) + 1) * g, lay.nbytes)
+        buf[lo:hi] ^= rng.integers(1, 256, hi - lo, dtype=np.uint8)  # every byte changes
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("fraction", FRACTIONS)
+@pytest.mark.parametrize("tail", [0, 48])
+def test_save_modify_undo_redo_round_trip(granularity: int, fraction: float, tail: int) -> None:
+    n_regions = 1000 if granularity == 16 else 256
+    nbytes = n_regions * granularity + tail
+    total_regions = jr.region_count(nbytes, granularity)
+    seed = int(fraction * 1000) + granularity + tail
+    before = _buffer(nbytes, seed)
+    buf = before.copy()
+    lay = jr.layout(nbytes, _touched(total_regions, fraction, seed), granularity)
+
+    journal = jr.save(np, buf, lay)
+    assert journal.nbytes == journal.data.size == lay.payload_bytes
+    _write_inside(buf, lay, seed)
+    after = buf.copy()
+    np.testing.assert_array_equal(jr.changed_regions(np, before, after, granularity), lay.regions)
+
+    jr.undo(np, buf, journal)  # old bytes back, new bytes kept
+    assert buf.tobytes() == before.tobytes()
+    assert journal.holds == "new"
+    jr.redo(np, buf, journal)  # new bytes reinstated, old bytes kept
+    assert buf.tobytes() == after.tobytes()
+    assert journal.holds == "old"
+
+    jr.undo(np, buf, journal)  # the journal survives any number of toggles
+    jr.redo(np, buf, journal)
+    assert buf.tobytes() == after.tobytes()
+
+    jr.restore(np, buf, journal)  # one-way undo leaves the journal as it was
+    assert buf.tobytes() == before.tobytes()
+    assert journal.holds == "old"
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("fraction", FRACTIONS)
+def test_save_undo_redo_without_writes_is_identity(granularity: int, fraction: float) -> None:
+    nbytes = 200 * granularity
+    before = _buffer(nbytes, 7)
+    buf = before.copy()
+    lay = jr.layout(nbytes, _touched(200, fraction, 7), granularity)
+    journal = jr.save(np, buf, lay)
+    saved = journal.data.copy()
+    jr.undo(np, buf, journal)
+    jr.redo(np, buf, journal)
+    assert buf.tobytes() == before.tobytes()
+    assert journal.data.tobytes() == saved.tobytes()
+
+
+def test_journal_is_compact_and_in_list_order() -> None:
+    g = 32
+    buf = np.arange(10 * g + 16, dtype=np.uint8)  # 10 full regions and a 16-byte tail
+    lay = jr.layout(buf.size, [1, 4, 10], g)
+    assert lay.n_regions == 11 and lay.tail_bytes == 16 and lay.has_tail
+    assert lay.payload_bytes == 2 * g + 16
+    data = jr.save(np, buf, lay).data
+    expected = np.concatenate([buf[g : 2 * g], buf[4 * g : 5 * g], buf[10 * g :]])
+    assert data.tobytes() == expected.tobytes()
+
+
+def test_typed_multidimensional_buffers_are_handled_as_bytes() -> None:
+    buf = np.linspace(-1.0, 1.0, 4 * 64).reshape(4, 64)  # 2,048 bytes of float64
+    before = buf.copy()
+    lay = jr.layout(buf.nbytes, [0, 3], 512)
+    journal = jr.save(np, buf, lay)
+    buf[0, :10] = 99.0
+    buf[3, -1] = -7.0
+    jr.undo(np, buf, journal)
+    np.testing.assert_array_equal(buf, before)
+
+
+def test_empty_journal_and_empty_buffer() -> None:
+    buf = _buffer(4096, 3)
+    journal = jr.save(np, buf, jr.layout(4096, [], 4096))
+    assert journal.nbytes == 0
+    jr.undo(np, buf, journal)
+    jr.redo(np, buf, journal)
+    lay = jr.layout(0, np.zeros(0, dtype=np.int64), 4096)
+    assert lay.n_regions == 0 and lay.payload_bytes == 0
+    assert jr.save(np, np.zeros(0, np.uint8), lay).nbytes == 0
+
+
+def test_undo_and_redo_refuse_the_wrong_order() -> None:
+    buf = _buffer(64, 1)
+    journal = jr.save(np, buf, jr.layout(64, [1], 16))
+    with pytest.raises(ValueError, match="call undo first"):
+        jr.redo(np, buf, journal)
+    jr.undo(np, buf, journal)
+    with pytest.raises(ValueError, match="already undone"):
+        jr.undo(np, buf, journal)
+
+
+def test_regions_for_ranges() -> None:
+    got = jr.regions_for_ranges([0, 4095, 10_000, 50, 8192], [1, 4097, 10_000, 60, 12_289], 4096)
+    # [0,1) -> 0; [4095,4097) -> 0,1; empty; [50,60) -> 0; [8192,12289) -> 2,3
+    np.testing.assert_array_equal(got, [0, 1, 2, 3])
+    assert got.dtype == np.int64
+    assert jr.regions_for_ranges([], [], 16).size == 0
+
+
+_BAD_LAYOUTS = [
+    # (nbytes, regions, granularity, message fragment)
+    (4096, [0], 0, "granularity must be a positive multiple of 16 bytes, got 0"),
+    (4096, [0], -16, "granularity must be a positive multiple of 16 bytes, got -16"),
+    (4096, [0], 100, "granularity must be a positive multiple of 16 bytes, got 100"),
+    (4096, [0], 16.0, "granularity must be an integer, got float"),
+    (4096, [0], True, "granularity must be an integer, got bool"),
+    (4100, [0], 4096, "buffer size must be a non-negative multiple of 16 bytes, got 4100"),
+    (-16, [0], 16, "buffer size must be a non-negative multiple of 16 bytes, got -16"),
+    (64, [[0, 1]], 16, r"region indices must be a 1-D array, got shape \(1, 2\)"),
+    (64, [0.0, 1.0], 16, "region indices must be integers, got dtype float64"),
+    (64, np.array([True]), 16, "region indices must be integers, got dtype bool"),
+    (64, [0, 4], 16, r"region index 4 at position 1 is out of range: .* 4 regions \(0..3\)"),
+    (64, [-1, 2], 16, "region index -1 at position 0 is out of range"),
+    (64, np.array([2**64 - 1], np.uint64), 16, "region index 18446744073709551615 at position 0"),
+    (64, [0, 2, 2], 16, r"index 2 at position 2 follows 2 \(duplicate\)"),
+    (64, [0, 3, 1], 16, r"index 1 at position 2 follows 3 \(not sorted\)"),
+]
+
+
+@pytest.mark.parametrize(("nbytes", "regions", "granularity", "message"), _BAD_LAYOUTS)
+def test_layout_validation(nbytes, regions, granularity, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        jr.layout(nbytes, regions, granularity)
+
+
+def test_operation_validation() -> None:
+    lay = jr.layout(64, [1], 16)
+    buf = _buffer(64, 2)
+    with pytest.raises(ValueError, match="buffer holds 48 bytes but the journal layout is for 64"):
+        jr.save(np, buf[:48], lay)
+    with pytest.raises(ValueError, match="buffer must be C-contiguous"):
+        jr.save(np, np.zeros(128, np.uint8)[::2], lay)
+    journal = jr.save(np, buf, lay)
+    journal.data = journal.data[:8]
+    with pytest.raises(ValueError, match="journal data holds 8 bytes but its layout needs 16"):
+        jr.undo(np, buf, journal)
+    journal.data = np.zeros(16, np.int8)
+    with pytest.raises(ValueError, match="1-D C-contiguous uint8"):
+        jr.restore(np, buf, journal)
+    with pytest.raises(ValueError, match="differ in length"):
+        jr.regions_for_ranges([0, 1], [2], 16)
+
+
+def test_use_kernels_flag_is_ignored_on_numpy() -> None:
+    buf = _buffer(256, 5)
+    lay = jr.layout(256, [0, 15], 16)
+    a = jr.save(np, buf, lay, use_kernels=True).data
+    b = jr.save(np, buf, lay, use_kernels=False).data
+    assert a.tobytes() == b.tobytes()

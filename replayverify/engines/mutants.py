@@ -146,11 +146,12 @@ class ReadSetCaptureAfterWrite(ReadSet):
         self.capture(tape, s, k, state)
 
 
-class ReadSetLiveIndex(ReadSet):
-    """Gather/scatter indices are not retained: backward reads them from live storage."""
+class ReadSetMissingSecondOperand(ReadSet):
+    """The declared read set omits an op's second operand (``y``): backward reads it
+    from live storage, which later writes may have changed."""
 
     def retained_fields(self, op: Op) -> tuple[str, ...]:
-        return op.spec.sources
+        return tuple(f for f in super().retained_fields(op) if f != "y")
 
 
 class EagerRetainedView(Eager):

@@ -43,7 +43,7 @@ def _builtin() -> dict[str, Engine]:
         ("mutant:whole-scatter-first-wins", m.WholeScatterFirstWins()),
         ("mutant:whole-anchor-after-first-op", m.WholeAnchorAfterFirstOp()),
         ("mutant:readset-capture-after-write", m.ReadSetCaptureAfterWrite()),
-        ("mutant:readset-live-index", m.ReadSetLiveIndex()),
+        ("mutant:readset-missing-second-operand", m.ReadSetMissingSecondOperand()),
         ("mutant:eager-retained-view", m.EagerRetainedView()),
         ("mutant:eager-mask-from-live-rng", m.EagerMaskFromLiveRng()),
     ]

@@ -21,6 +21,11 @@ from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import ViewLayout, initial_state, layouts
 
+# The reference is meant to be more accurate than the reverse sweep it checks: with
+# tangents in extended precision (80-bit on x86-64; float64 where the platform has no
+# wider type), the disagreement measures the version graph's own float64 rounding.
+PRECISION = np.longdouble
+
 CONST = -1  # tag of bytes never written by an op and not in an input: tangent 0
 INT_WRITTEN = -2  # tag of bytes last written by an integer op: tangent undefined
 
@@ -47,8 +52,8 @@ def winners(index: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------- tangent rules
 #
 # A tangent rule maps (op, values, tangents, draws, dtype, dst size) to (tangent of the
-# written elements, where): d(dst) = J d(sources). Products are formed in the order
-# the chain rule reads left to right, tangent first.
+# written elements, where): d(dst) = J d(sources). Values are float64; tangents carry
+# their own precision, and products are formed tangent first.
 
 
 def _t_axpby(op, v, t, d, dt, n):
@@ -59,18 +64,22 @@ def _t_mul(op, v, t, d, dt, n):
     return t["x"] * v["y"][:, None] + t["y"] * v["x"][:, None], None
 
 
+def _arg(op, v, t, dt):
+    """a*x rounded in float64 as the program rounds it, then widened to the tangents'
+    precision: the derivative of tanh(fl(a*x)) is taken at fl(a*x)."""
+    return (_coef(op, "a", dt) * v["x"]).astype(t["x"].dtype)
+
+
 def _t_tanh(op, v, t, d, dt, n):
-    a = _coef(op, "a", dt)
-    return (t["x"] * a) * (1.0 - np.tanh(a * v["x"]) ** 2)[:, None], None
+    return (t["x"] * _coef(op, "a", dt)) * (1.0 - np.tanh(_arg(op, v, t, dt)) ** 2)[:, None], None
 
 
 def _t_sin(op, v, t, d, dt, n):
-    a = _coef(op, "a", dt)
-    return (t["x"] * a) * np.cos(a * v["x"])[:, None], None
+    return (t["x"] * _coef(op, "a", dt)) * np.cos(_arg(op, v, t, dt))[:, None], None
 
 
 def _t_dropout(op, v, t, d, dt, n):
-    mask = d.reshape(-1).astype(np.float64)[:, None]
+    mask = d.reshape(-1).astype(t["x"].dtype)[:, None]
     return (t["x"] * mask) / _coef(op, "keep", dt), None
 
 
@@ -148,10 +157,10 @@ class ForwardJacobian:
 class _Shadow:
     """Tangent rows per address and a per-byte tag of the address that last wrote it."""
 
-    def __init__(self, program: Program, n_coords: int):
+    def __init__(self, program: Program, n_coords: int, precision: type = PRECISION):
         self.program = program
         self.addr = addresses(program)
-        self.tangent = np.zeros((self.addr.count, n_coords))
+        self.tangent = np.zeros((self.addr.count, n_coords), dtype=precision)
         self.tags = {b.name: np.full(b.nbytes, CONST, np.int64) for b in program.buffers}
 
     def read(self, layout: ViewLayout) -> tuple[np.ndarray, int | None]:
@@ -188,16 +197,21 @@ def forward_jacobian(
     *,
     forward: dict[OpKind, ForwardRule] = FORWARD,
     tangent: dict[OpKind, TangentRule | None] = TANGENT,
+    precision: type = PRECISION,
 ) -> ForwardJacobian:
-    """dL/d(inputs) by forward tangents through the storage, all coordinates at once."""
+    """dL/d(inputs) by forward tangents through the storage, all coordinates at once.
+
+    Tangents are carried in ``precision`` (extended by default) and the gradient is
+    rounded to float64 once at the end.
+    """
     lay = layouts(program)
     inputs = [lay[name] for name in program.inputs]
     n_coords = sum(lo.size for lo in inputs)
-    shadow = _Shadow(program, n_coords)
+    shadow = _Shadow(program, n_coords, precision)
     state = initial_state(program)
     at = 0
     for lo in inputs:
-        seed = np.zeros((lo.size, n_coords))
+        seed = np.zeros((lo.size, n_coords), dtype=precision)
         seed[np.arange(lo.size), at + np.arange(lo.size)] = 1.0
         shadow.write(lo, seed, None)
         at += lo.size
@@ -233,7 +247,7 @@ def forward_jacobian(
         refused = (None, shadow.why(loss, bad, "the loss"))
     if refused is not None:
         return ForwardJacobian(None, refused[0], refused[1])
-    w = np.asarray(program.loss.weights, dtype=np.float64)
+    w = np.asarray(program.loss.weights, dtype=np.float64).astype(precision)
     with np.errstate(over="ignore", invalid="ignore"):
         grad = np.sum(w[:, None] * t_loss, axis=0)
-    return ForwardJacobian(grad, loss_tangent=t_loss)
+    return ForwardJacobian(grad.astype(np.float64), loss_tangent=t_loss)

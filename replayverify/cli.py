@@ -99,5 +99,69 @@ def show(file: str, max_bytes: int) -> None:
     click.echo(render(load_or_exit(file, max_bytes)))
 
 
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON record per line.")
+@click.option("--engine", "engine_specs", multiple=True,
+              help="Engine to check (repeatable): a registered name, policy:eager,region,... "
+                   "or module:attr. Default: every registered engine.")
+@click.option("--mutants", is_flag=True, help="Also run the engine mutants as controls.")
+@max_bytes_option
+def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], mutants: bool,
+          max_bytes: int) -> None:
+    """Run every check on every engine for each program FILE.
+
+    One record per (program, check, engine), as JSON Lines with --json or as a table.
+    Exit status: 2 if any file is rejected (it gives a ``rejected`` record), else 1 if
+    any record is diverge, error or missed, else 0.
+    """
+    from replayverify.verifier.check import check_program, rejected_record
+
+    engines = None
+    if engine_specs:
+        from replayverify.engines import registry
+
+        try:
+            engines = [registry.resolve(spec) for spec in engine_specs]
+        except ValueError as exc:
+            fail_usage(str(exc))
+    records, rejected = [], False
+    for path in files:
+        try:
+            program = load_program(path, max_bytes=max_bytes)
+        except ProgramError as exc:
+            got, rejected = [rejected_record(path, str(exc))], True
+        else:
+            got = check_program(program, program_id=path, engines=engines, mutants=mutants)
+        if as_json:
+            for r in got:
+                click.echo(r.to_json())
+        records += got
+    if not as_json:
+        click.echo(_record_table(records, len(files)))
+    sys.exit(2 if rejected else 1 if any(r.failing for r in records) else 0)
+
+
+def _record_table(records: list, n_files: int) -> str:
+    """Aligned columns (program, check, engine, outcome, max_abs_err, detail), a summary."""
+    from collections import Counter
+
+    head = ("program", "check", "engine", "outcome", "max_abs_err", "detail")
+    rows = [(r.program, r.check, r.engine or "-", r.outcome,
+             "-" if r.max_abs_err is None else f"{r.max_abs_err:.3g}", r.detail)
+            for r in records]
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:5], widths)) + "  " + row[5]
+             for row in [head, *rows]]
+    counts = Counter(r.outcome for r in records)
+    failing = sum(counts[o] for o in ("diverge", "error", "missed"))
+    verdict = ("rejected input" if counts["rejected"] else
+               "clean" if not failing else f"{failing} failing")
+    lines.append(f"{n_files} file(s), {len(records)} record(s): "
+                 + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+                 + f"; verdict: {verdict}")
+    return "\n".join(line.rstrip() for line in lines)
+
+
 if __name__ == "__main__":
     main()

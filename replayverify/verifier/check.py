@@ -182,3 +182,9 @@ def check_program(
         return [_error(label, sha, c, exc, seconds) for c in wanted]
     return check_execution(ex, program_id=program_id, engines=engines, checks=wanted,
                            mutants=mutants)
+
+
+def rejected_record(program_id: str, reason: str, sha256: str = "") -> Record:
+    """The one record of an input file that loading refuses (SPEC §2, §6)."""
+    return Record(program_id, sha256, "load", "", "rejected", None,
+                  f"{reason} (not loaded; nothing compared)")

@@ -1,7 +1,7 @@
 // replayverify GPU kernels: region journals and Philox4x32-10.
 //
 // One RawModule source (compiled by CuPy with NVRTC, and by `nvcc -arch=sm_90 -cubin` in CI).
-// No #include: NVRTC ships no standard headers, and uint4 / make_uint4 are built in.
+// No #include: NVRTC ships no standard headers; only the built-in uint4 type is used.
 //
 // Journal layout (see replayverify/gpu/journal.py, which validates everything on the host):
 //   the buffer is a byte array of `buf_vecs` 16-byte vectors, split into regions of
@@ -112,7 +112,12 @@ RV_HD uint4 rv_philox_block(u64 ctr_lo, u64 ctr_hi, u64 j, u32 k0, u32 k1) {
         c2 = n2;
         c3 = lo0;
     }
-    return make_uint4(c0, c1, c2, c3);
+    uint4 out;  // not make_uint4: only the built-in vector type is needed under NVRTC
+    out.x = c0;
+    out.y = c1;
+    out.z = c2;
+    out.w = c3;
+    return out;
 }
 
 // u = ((hi << 32 | lo) >> 11) * 2^-53: exact in float64, identical to the CPU.

@@ -10,6 +10,7 @@ the launches themselves run only on a GPU (``tests/gpu``).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -63,6 +64,18 @@ def test_kernels_compile_to_sm90_cubin(tmp_path: Path) -> None:
         "rv_philox_keep",
     ):
         assert name.encode() in out.read_bytes(), f"{name} missing from the cubin"
+
+
+@needs_nvcc
+def test_journal_kernels_move_16_byte_vectors(tmp_path: Path) -> None:
+    out = tmp_path / "kernels.ptx"
+    proc = _run([NVCC, "-arch=sm_90", "-ptx", "-o", str(out), str(KERNELS)], text=True)
+    assert proc.returncode == 0, proc.stderr
+    ptx = out.read_text()
+    for name in ("rv_journal_gather", "rv_journal_scatter", "rv_journal_swap"):
+        body = ptx.split(f".entry {name}(", 1)[1].split("\n}\n", 1)[0]
+        assert re.search(r"ld\.global(\.nc)?\.v4\.u32", body), f"{name}: no 16-byte loads"
+        assert "st.global.v4.u32" in body, f"{name}: no 16-byte stores"
 
 
 @pytest.fixture(scope="module")

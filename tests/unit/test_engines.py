@@ -1,0 +1,190 @@
+"""The five engines and policies against the interpreter: gradient within the SPEC
+tolerance, exact bytes and generator state after the forward pass, after backward and
+after every segment replay; each replay transaction leaves the visible state intact."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from replayverify import engines
+from replayverify.engines import (
+    Eager,
+    Guarded,
+    PolicyEngine,
+    ReadSet,
+    Region,
+    StrategyEngine,
+    Whole,
+    run_policy,
+    run_strategies,
+)
+from replayverify.programs import execute, generate
+from replayverify.verifier.compare import compare_gradients
+from replayverify.verifier.engine_checks import engine_records
+from tests.unit.engine_programs import HAND
+
+
+def assert_engine_exact(result, ex):
+    """Gradient within tolerance (or refused with the admission reason) and exact bytes."""
+    if ex.admission.supported:
+        v = compare_gradients(result.gradient, ex.gradient, ex.program)
+        assert v.outcome == "match", (result.engine, v.detail)
+    else:
+        assert result.gradient is None and result.reason == ex.admission.reason
+    assert result.forward == ex.final, result.engine
+    assert result.final == ex.final, (result.engine, ex.final.differences(result.final))
+    for s, snap in enumerate(result.replays):
+        if snap is not None:
+            assert snap == ex.boundaries[s + 1], (result.engine, s)
+
+
+@pytest.mark.parametrize("name", sorted(HAND))
+@pytest.mark.parametrize("engine", engines.ENGINES)
+def test_engines_on_hand_written_programs(name, engine):
+    p = HAND[name]()
+    ex = execute(p)
+    assert_engine_exact(engines.get(engine).run(p, admission=ex.admission), ex)
+
+
+def test_hand_written_programs_cover_what_they_claim():
+    assert not execute(HAND["int_halves"]()).admission.supported
+    for name in ("shift_up", "int_reads", "gather_scatter", "draws", "float32_draws", "two_d"):
+        g = execute(HAND[name]()).gradient
+        assert g is not None and np.all(np.isfinite(g)) and np.any(g != 0), name
+
+
+@pytest.mark.parametrize("engine", engines.ENGINES)
+def test_admission_is_computed_when_not_given(engine):
+    p = HAND["int_halves"]()
+    r = engines.get(engine).run(p)
+    assert r.gradient is None and "integer op 3" in r.reason
+
+
+@pytest.mark.parametrize("family", ["default", "derivative", "bytes", "alias", "complex"])
+def test_engines_on_generated_programs(family):
+    for i in range(12):
+        p = generate(1, i, family=family)
+        ex = execute(p)
+        for engine in engines.ENGINES:
+            assert_engine_exact(engines.get(engine).run(p, admission=ex.admission), ex)
+
+
+@pytest.mark.parametrize("granularity", [1, 8, 16, 4096])
+def test_region_granularity(granularity):
+    for name in ("shift_up", "gather_scatter", "draws", "int_halves", "two_d"):
+        p = HAND[name]()
+        ex = execute(p)
+        eng = StrategyEngine(f"region@{granularity}", Region(granularity))
+        assert_engine_exact(eng.run(p, admission=ex.admission), ex)
+
+
+def test_region_granularity_is_validated():
+    for bad in (0, -8, 2.5):
+        with pytest.raises(ValueError, match="granularity"):
+            Region(bad)
+
+
+def test_every_policy_runs_through_the_same_checks():
+    p = HAND["shift_up"]()  # three segments
+    ex = execute(p)
+    for policy in itertools.product(["eager", "whole", "region", "readset"], repeat=3):
+        r = run_policy(p, ",".join(policy), admission=ex.admission)
+        assert_engine_exact(r, ex)
+        assert r.strategies == policy
+        assert r.engine == "policy:" + ",".join(policy)
+
+
+def test_policies_on_generated_programs():
+    names = ["eager", "whole", "region"]
+    for i in range(16):
+        p = generate(2, i, family="bytes")
+        ex = execute(p)
+        policy = tuple(names[(i + s) % 3] for s in range(len(p.segments)))
+        assert_engine_exact(PolicyEngine(policy).run(p, admission=ex.admission), ex)
+
+
+def test_policy_errors():
+    p = HAND["shift_up"]()
+    with pytest.raises(ValueError, match="3 segments"):
+        run_policy(p, "eager,region")
+    with pytest.raises(ValueError, match="'bogus'"):
+        run_policy(p, "eager,bogus,region")
+    with pytest.raises(ValueError, match="strategies"):
+        run_strategies("x", p, [Eager()])
+
+
+def test_guarded_picks_the_smaller_payload_per_segment():
+    sparse = engines.get("guarded").run(HAND["sparse_writes"]())
+    assert set(sparse.strategies) == {"region"}
+    full = engines.get("guarded").run(HAND["full_rewrites"]())
+    assert set(full.strategies) == {"whole"}
+    for name in HAND:
+        p = HAND[name]()
+        g = engines.get("guarded").run(p).segment_retained_bytes
+        w = engines.get("whole").run(p).segment_retained_bytes
+        r = engines.get("region").run(p).segment_retained_bytes
+        assert all(gs == min(ws, rs) for gs, ws, rs in zip(g, w, r)), name
+
+
+def _checked(cls):
+    """A strategy whose every recovery asserts the visible state is left untouched."""
+
+    class Checked(cls):
+        def recover(self, tape, s, state):
+            before = state.snapshot()
+            rec = super().recover(tape, s, state)
+            assert state.snapshot() == before, f"{cls.name} segment {s} changed the state"
+            return rec
+
+    Checked.name = cls.name
+    return Checked
+
+
+@pytest.mark.parametrize("cls", [Eager, ReadSet, Whole, Region, Guarded])
+def test_each_replay_transaction_ends_in_the_visible_state(cls):
+    for name in HAND:
+        p = HAND[name]()
+        ex = execute(p)
+        strategy = _checked(cls)()
+        r = run_strategies(cls.name, p, [strategy] * len(p.segments), ex.admission)
+        assert_engine_exact(r, ex)
+
+
+def test_engine_records_match_and_unsupported_exactly_where_admission_says():
+    for i in range(24):
+        p = generate(3, i, family="bytes" if i % 2 else "alias")
+        ex = execute(p)
+        recs = engine_records(p, ex, ex.gradient, None, f"p{i}")
+        assert [(r.check, r.engine) for r in recs] == [
+            (c, e) for e in engines.ENGINES for c in ("gradient", "bytes")]
+        for r in recs:
+            assert set(r.metrics) == {"retained_bytes", "temporary_bytes", "replayed_ops"}
+            if r.check == "bytes":
+                assert r.outcome == "match", r.detail
+            elif ex.admission.supported:
+                assert r.outcome == "match", r.detail
+                assert r.max_abs_err is not None
+            else:
+                assert r.outcome == "unsupported" and r.detail == ex.admission.reason
+            r.to_json()  # serialisable
+
+
+def test_engine_records_without_forward_jacobian_use_the_version_graph():
+    p = HAND["shift_up"]()
+    ex = execute(p)
+    recs = engine_records(p, ex, None, ["region"], "p")
+    assert recs[0].outcome == "match" and "version graph" in recs[0].detail
+
+
+def test_an_engine_that_raises_gives_error_records():
+    class Broken:
+        name = "broken"
+
+        def run(self, program, *, admission=None):
+            raise RuntimeError("boom")
+
+    p = HAND["shift_up"]()
+    recs = engine_records(p, execute(p), None, [Broken()], "p")
+    assert [(r.check, r.outcome) for r in recs] == [("gradient", "error"), ("bytes", "error")]
+    assert "boom" in recs[0].detail

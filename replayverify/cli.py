@@ -106,9 +106,13 @@ def show(file: str, max_bytes: int) -> None:
               help="Engine to check (repeatable): a registered name, policy:eager,region,... "
                    "or module:attr. Default: every registered engine.")
 @click.option("--mutants", is_flag=True, help="Also run the engine mutants as controls.")
+@click.option("--policy", "policy_text", default=None, metavar="S0,S1,...",
+              help="Check this preservation plan: one of eager, whole, region (or readset) "
+                   "per segment, comma-separated. Without --engine only the plan's engine "
+                   "runs.")
 @max_bytes_option
 def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], mutants: bool,
-          max_bytes: int) -> None:
+          policy_text: str | None, max_bytes: int) -> None:
     """Run every check on every engine for each program FILE.
 
     One record per (program, check, engine), as JSON Lines with --json or as a table.
@@ -125,6 +129,15 @@ def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], 
             engines = [registry.resolve(spec) for spec in engine_specs]
         except ValueError as exc:
             fail_usage(str(exc))
+    policy = None
+    if policy_text is not None:
+        from replayverify.engines import PolicyEngine, registry
+
+        try:
+            policy = PolicyEngine(tuple(policy_text.split(",")))
+            engines = [*(engines or []), registry.resolve(policy.name)]
+        except ValueError as exc:
+            fail_usage(f"--policy: {exc}")
     records, rejected = [], False
     for path in files:
         try:
@@ -132,6 +145,9 @@ def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], 
         except ProgramError as exc:
             got, rejected = [rejected_record(path, str(exc))], True
         else:
+            if policy is not None and len(policy.policy) != len(program.segments):
+                fail_usage(f"{path}: --policy has {len(policy.policy)} entries but the program "
+                           f"has {len(program.segments)} segments (one entry per segment)")
             got = check_program(program, program_id=path, engines=engines, mutants=mutants)
         if as_json:
             for r in got:

@@ -13,6 +13,7 @@ import sys
 import click
 import numpy as np
 
+from replayverify.gpu.cli import gpu_group
 from replayverify.programs.format import load_program, program_sha256
 from replayverify.programs.model import DEFAULT_MAX_BYTES, Program, ProgramError
 
@@ -178,6 +179,8 @@ def _record_table(records: list, n_files: int) -> str:
                  + f"; verdict: {verdict}")
     return "\n".join(line.rstrip() for line in lines)
 
+
+main.add_command(gpu_group)
 
 if __name__ == "__main__":
     main()

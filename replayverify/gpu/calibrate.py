@@ -90,7 +90,7 @@ class Grid:
     method_budget_s: float = 8.0
     journal_sizes: tuple[int, ...] = (1 * MIB, 16 * MIB, 256 * MIB)
     journal_buffer: int = 1024 * MIB
-    time_budget_s: float = 330.0
+    time_budget_s: float = 240.0
 
 
 FULL = Grid()

@@ -1,0 +1,216 @@
+"""The independent checkers on hand-written programs (SPEC §3, §5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replayverify.programs import FORWARD, REVERSE, OpKind, execute, layouts, load_program
+from replayverify.programs.state import Snapshot
+from replayverify.verifier import check as check_module
+from replayverify.verifier.check import CHECKS, check_execution, check_program
+from replayverify.verifier.complex_step import COMPLEX, complex_step
+from replayverify.verifier.forward_jacobian import TANGENT, forward_jacobian
+from replayverify.verifier.records import tolerance
+
+PROGRAMS = Path(__file__).parents[1] / "programs" / "checkers"
+REFERENCE = ("forward-jacobian", "complex-step", "bytes", "control:final-storage",
+             "control:wrong-rng")
+INTEGER_OPS = {OpKind.IADD, OpKind.IXOR, OpKind.ICOPY}
+
+# Expected outcome of every engine-free check, in REFERENCE order.
+EXPECTED = {
+    "shift-both-ways": ("match", "match", "match", "detected", "unsupported"),
+    "int-write-under-float-read": ("unsupported", "unsupported", "match", "unsupported",
+                                   "unsupported"),
+    "int-reads-float-bits": ("match", "match", "match", "detected", "unsupported"),
+    "float32": ("match", "unsupported", "match", "detected", "detected"),
+    "gather-scatter-duplicates": ("match", "match", "match", "detected", "unsupported"),
+    "draws-in-last-segment": ("match", "match", "match", "detected", "detected"),
+    "overwritten-operand": ("match", "match", "match", "detected", "unsupported"),
+    "no-hazard": ("match", "match", "match", "unsupported", "unsupported"),
+    "dead-hazard": ("match", "match", "match", "unsupported", "unsupported"),
+}
+
+
+def load(name: str):
+    return load_program(PROGRAMS / f"{name}.json")
+
+
+def outcomes(records) -> dict[str, str]:
+    return {r.check: r.outcome for r in records if r.engine == ""}
+
+
+def by_check(records) -> dict:
+    return {r.check: r for r in records if r.engine == ""}
+
+
+def test_every_program_file_has_expectations():
+    assert {p.stem for p in PROGRAMS.glob("*.json")} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_hand_written_outcomes(name):
+    records = check_program(load(name), engines=(), checks=REFERENCE)
+    assert [r.check for r in records] == list(REFERENCE)
+    assert tuple(r.outcome for r in records) == EXPECTED[name], [r.detail for r in records]
+    for r in records:
+        assert (r.max_abs_err is None) == (r.outcome == "unsupported"), r
+        if r.max_abs_err is None:
+            assert "nothing compared" in r.detail or r.check.startswith("control:")
+        json.loads(r.to_json())
+
+
+def test_tables_cover_every_op_kind_and_name_integer_ops():
+    for table in (TANGENT, COMPLEX):
+        assert set(table) == set(OpKind)
+        assert {k for k, rule in table.items() if rule is None} == INTEGER_OPS
+
+
+def test_integer_write_under_float_read_is_unsupported_exactly_there():
+    p = load("int-write-under-float-read")
+    ex = execute(p)
+    fj = forward_jacobian(p)
+    assert not ex.admission.supported and ex.admission.op == 2
+    assert fj.gradient is None and fj.refused_op == 2 and "integer op" in fj.reason
+    rec = by_check(check_program(p, engines=(), checks=REFERENCE))
+    for check in ("forward-jacobian", "complex-step"):
+        assert rec[check].outcome == "unsupported"
+        assert ex.admission.reason in rec[check].detail
+        assert "op 2" in rec[check].detail and "integer op 1" in rec[check].detail
+    assert rec["bytes"].outcome == "match"  # byte checks run on every admitted program
+
+
+def test_integer_reads_of_float_bits_keep_the_derivative():
+    p = load("int-reads-float-bits")
+    ex = execute(p)
+    assert ex.admission.supported
+    np.testing.assert_allclose(forward_jacobian(p).gradient, ex.gradient, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(complex_step(p).gradient, ex.gradient, rtol=0, atol=1e-15)
+
+
+def test_float32_program_complex_step_reason_and_float32_tolerance():
+    p = load("float32")
+    rec = by_check(check_program(p, engines=(), checks=REFERENCE))
+    assert rec["complex-step"].detail.startswith("complex-step needs float64")
+    g = execute(p).gradient
+    assert f"tolerance {tolerance('float32', len(p.ops), g):.3g}" in rec["forward-jacobian"].detail
+
+
+def test_wrong_rng_replays_the_drawing_segment():
+    rec = by_check(check_program(load("draws-in-last-segment"), engines=(),
+                                 checks=["control:wrong-rng"]))["control:wrong-rng"]
+    assert rec.outcome == "detected"
+    assert "segment 2" in rec.detail and "generator state" in rec.detail
+    assert rec.max_abs_err > 0
+
+
+def test_final_storage_names_the_stale_operand():
+    rec = by_check(check_program(load("overwritten-operand"), engines=(),
+                                 checks=["control:final-storage"]))
+    assert "op 0 tanh x" in rec["control:final-storage"].detail
+
+
+def test_bytes_check_catches_a_changed_byte_or_generator_state():
+    p = load("draws-in-last-segment")
+    ex = execute(p)
+    snap = ex.boundaries[1]
+    data = bytearray(snap.buffers["s"])
+    data[3] ^= 1
+    ex.boundaries[1] = Snapshot({"s": bytes(data)}, snap.rng)
+    rec = by_check(check_execution(ex, engines=(), checks=["bytes"]))["bytes"]
+    assert rec.outcome == "diverge" and rec.max_abs_err >= 2  # segments 0 and 1 see it
+    assert "segment 0" in rec.detail and "segment 1" in rec.detail
+
+    ex = execute(p)
+    ex.boundaries[2] = Snapshot(ex.boundaries[2].buffers, ex.boundaries[2].rng.advanced(1))
+    rec = by_check(check_execution(ex, engines=(), checks=["bytes"]))["bytes"]
+    assert rec.outcome == "diverge" and "generator state" in rec.detail
+
+
+def test_every_check_name_yields_exactly_one_engine_free_record():
+    records = check_program(load("shift-both-ways"), engines=())
+    assert [r.check for r in records] == [c for c in CHECKS if c != "gradient"]
+
+
+def test_an_exception_inside_a_check_becomes_an_error_record(monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("complex storage exploded")
+
+    monkeypatch.setattr(check_module, "complex_step", boom)
+    records = check_program(load("shift-both-ways"), engines=(), checks=REFERENCE)
+    rec = by_check(records)
+    assert len(records) == len(REFERENCE)
+    assert rec["complex-step"].outcome == "error"
+    assert rec["complex-step"].detail == "RuntimeError: complex storage exploded"
+    assert rec["forward-jacobian"].outcome == "match"
+
+
+# ---------------------------------------------------------------- broken interpreters
+
+
+def memcpy_copy(program):
+    """A copy rule that writes element by element in order: later reads see earlier writes."""
+    lay = layouts(program)
+
+    def rule(op, o, d, t):
+        dst, src = lay[op.dst], lay[op.x]
+        x = o["x"].reshape(-1).copy()
+        out = np.empty_like(x)
+        same = dst.view.buffer == src.view.buffer
+        src_at = {int(s): j for j, s in enumerate(src.starts)}
+        for j in range(x.size):  # a test double: one element at a time, on purpose
+            out[j] = x[j]
+            k = src_at.get(int(dst.starts[j])) if same else None
+            if k is not None and k > j:
+                x[k] = out[j]
+        return out, None
+
+    return rule
+
+
+def test_memcpy_interpreter_is_caught(monkeypatch):
+    p = load("shift-both-ways")
+    with monkeypatch.context() as m:
+        m.setitem(FORWARD, OpKind.COPY, memcpy_copy(p))
+        broken = execute(p)
+        broken.gradient  # noqa: B018  (computed while the broken rule is in place)
+    assert broken.loss != execute(p).loss
+    rec = by_check(check_execution(broken, engines=(), checks=REFERENCE))
+    assert rec["bytes"].outcome == "diverge"
+    assert rec["forward-jacobian"].outcome == "diverge"
+    assert rec["complex-step"].outcome == "diverge"
+
+
+@pytest.mark.parametrize("kind", [OpKind.TANH, OpKind.MUL])
+def test_wrong_sign_reverse_rule_is_caught(monkeypatch, kind):
+    p = load("shift-both-ways")
+    right = REVERSE[kind]
+
+    def wrong(op, rec, g):
+        return {f: -c for f, c in right(op, rec, g).items()}
+
+    with monkeypatch.context() as m:
+        m.setitem(REVERSE, kind, wrong)
+        broken = execute(p)
+        broken.gradient  # noqa: B018
+    rec = by_check(check_execution(broken, engines=(), checks=REFERENCE))
+    assert rec["forward-jacobian"].outcome == "diverge"
+    assert rec["complex-step"].outcome == "diverge"
+    assert rec["bytes"].outcome == "match"
+
+
+def test_checkers_do_not_use_the_reverse_rules(monkeypatch):
+    """Emptying REVERSE leaves the forward Jacobian and the complex step intact."""
+    p = load("gather-scatter-duplicates")
+    g = execute(p).gradient
+    with monkeypatch.context() as m:
+        for kind in OpKind:
+            m.setitem(REVERSE, kind, None)
+        fj = forward_jacobian(p).gradient
+        cs = complex_step(p).gradient
+    np.testing.assert_allclose(fj, g, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(cs, g, rtol=0, atol=1e-14)

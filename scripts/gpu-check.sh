@@ -17,7 +17,6 @@ start=$(date +%s)
 {
   echo "gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || echo "nvidia-smi failed"
-  "$PY" -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 || true
   "$PY" -m replayverify gpu info 2>&1
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"

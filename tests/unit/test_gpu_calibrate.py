@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from replayverify.gpu import backend
+from replayverify.gpu import backend, report
 from replayverify.gpu import calibrate as cal
 from replayverify.gpu import journal as jr
 from replayverify.gpu.cli import gpu_group
@@ -80,7 +80,7 @@ def test_files_cards_and_report(run) -> None:
     for rel in doc["profiles"]:
         raw = json.loads((out / rel).read_text())
         card = parse_card(raw)  # the planner accepts it
-        cell = next(c for c in doc["cells"] if cal.card_name(c) == raw["name"])
+        cell = next(c for c in doc["cells"] if report.card_name(c) == raw["name"])
         assert len(card.segments) == cell["live_versions"]
         assert card.persistent_bytes == cell["persistent_bytes"]
         region = card.segments[0].option("region")
@@ -109,7 +109,7 @@ def test_targets_pick_the_paper_cell() -> None:
         "live_versions": 64,
         "ratios": {"region/whole": {"peak": 0.04, "time": 0.5}},
     }
-    rows = cal.targets({"journal_bandwidth": [], "cells": [cell]})
+    rows = report.targets({"journal_bandwidth": [], "cells": [cell]})
     assert [t["met"] for t in rows] == [None, None, True, False]
 
 

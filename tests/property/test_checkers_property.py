@@ -1,0 +1,137 @@
+"""Property tests: the three derivative references agree with each other and with sympy,
+and correct generated programs never diverge, error or miss a control."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import sympy as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replayverify.programs import OpKind, Program, execute, generate, initial_state, layouts
+from replayverify.verifier.check import check_program
+from replayverify.verifier.complex_step import complex_step
+from replayverify.verifier.forward_jacobian import forward_jacobian, winners
+from replayverify.verifier.records import tolerance
+
+FAMILIES = ("default", "derivative", "bytes", "alias", "complex")
+indices = st.integers(min_value=0, max_value=2**20)  # shrinks towards program 0
+
+
+def symbolic_gradient(program: Program, ex) -> np.ndarray:
+    """Interpret a float64 program on sympy symbols (one per input element) and
+    differentiate L exactly; index values and random draws come from the recorded run."""
+    lay = layouts(program)
+    state = initial_state(program)
+    words = {}  # (buffer, word) -> expression
+    for name, buf in state.buffers.items():
+        vals = np.frombuffer(buf.tobytes()[: buf.size // 8 * 8], "<f8")
+        for w, v in enumerate(vals):
+            words[name, w] = sp.Rational(float(v)) if np.isfinite(v) else sp.nan
+    symbols, at = [], {}
+    for name in program.inputs:
+        lo = lay[name]
+        for j, s in enumerate(lo.starts):
+            sym = sp.Symbol(f"{name}_{j}")
+            at[sym] = words[lo.view.buffer, int(s) // 8]
+            words[lo.view.buffer, int(s) // 8] = sym
+            symbols.append(sym)
+
+    def read(name):
+        lo = lay[name]
+        return [words[lo.view.buffer, int(s) // 8] for s in lo.starts]
+
+    def coef(op, name):
+        return sp.Rational(float(np.float64(op.coef(name))))
+
+    for rec in ex.records:
+        op = rec.op
+        if not rec.float_op:
+            continue
+        x = read(op.x)
+        out, where = None, None
+        if op.kind is OpKind.AXPBY:
+            y = read(op.y)
+            out = [(coef(op, "a") * u + coef(op, "b") * v) + coef(op, "c") for u, v in zip(x, y)]
+        elif op.kind is OpKind.MUL:
+            out = [u * v for u, v in zip(x, read(op.y))]
+        elif op.kind is OpKind.TANH:
+            out = [sp.tanh(coef(op, "a") * u) for u in x]
+        elif op.kind is OpKind.SIN:
+            out = [sp.sin(coef(op, "a") * u) for u in x]
+        elif op.kind is OpKind.COPY:
+            out = x
+        elif op.kind is OpKind.NOISE:
+            out = [u + coef(op, "sigma") * sp.Rational(float(z))
+                   for u, z in zip(x, rec.draws.reshape(-1))]
+        elif op.kind is OpKind.DROPOUT:
+            out = [u * sp.Rational(float(m)) / coef(op, "keep")
+                   for u, m in zip(x, rec.draws.reshape(-1))]
+        elif op.kind is OpKind.GATHER:
+            out = [x[int(i) % len(x)] for i in rec.operands["index"].reshape(-1)]
+        elif op.kind is OpKind.SCATTER:
+            where, src = winners(rec.operands["index"], rec.dst_size)
+            out = [x[int(j)] for j in src]
+        dst = lay[op.dst]
+        starts = dst.starts if where is None else dst.starts[where]
+        for s, e in zip(starts, out):
+            words[dst.view.buffer, int(s) // 8] = e
+
+    L = sum(sp.Rational(float(w)) * e for w, e in zip(program.loss.weights,
+                                                          read(program.loss.view)))
+    if not isinstance(L, sp.Basic):
+        return np.zeros(len(symbols))
+    grads = [sp.diff(L, s) for s in symbols]
+    with mpmath.workdps(40):
+        f = sp.lambdify(symbols, grads, modules="mpmath")
+        vals = f(*[mpmath.mpf(sp.Rational(v).p) / mpmath.mpf(sp.Rational(v).q)
+                   for v in at.values()])
+        return np.array([float(v) for v in vals], dtype=np.float64)
+
+
+def within(g, g_ref, program) -> bool:
+    tol = tolerance("float64", len(program.ops), g_ref)
+    return g.shape == g_ref.shape and bool(np.all(np.abs(g - g_ref) <= tol))
+
+
+@settings(max_examples=20)
+@given(index=indices, family=st.sampled_from(("complex", "default")),
+       n_ops=st.sampled_from((4, 6, 8)))
+def test_all_references_agree_with_sympy(index, family, n_ops):
+    p = generate(7, index, family=family, dims=(4,), n_ops=(n_ops,), dtypes=("float64",),
+                 int_writes=False)
+    ex = execute(p)
+    if not ex.admission.supported or not len(p.inputs):
+        return
+    exact = symbolic_gradient(p, ex)
+    vg = ex.gradient
+    fj = forward_jacobian(p).gradient
+    cs = complex_step(p).gradient
+    for name, g in (("version graph", vg), ("forward Jacobian", fj), ("complex step", cs)):
+        assert within(g, exact, p), (name, g, exact)
+
+
+@settings(max_examples=30)
+@given(index=indices, family=st.sampled_from(FAMILIES))
+def test_correct_programs_never_fail_a_check(index, family):
+    p = generate(3, index, family=family)
+    records = check_program(p, engines=())
+    assert len(records) == 5
+    bad = [(r.check, r.outcome, r.detail) for r in records if r.failing]
+    assert not bad, (p.name, bad)
+    fj = next(r for r in records if r.check == "forward-jacobian")
+    assert (fj.outcome == "unsupported") == (not execute(p).admission.supported)
+
+
+@settings(max_examples=25)
+@given(index=indices, family=st.sampled_from(("complex", "derivative")))
+def test_forward_jacobian_and_complex_step_agree(index, family):
+    p = generate(11, index, family=family)
+    fj = forward_jacobian(p).gradient
+    cs = complex_step(p).gradient
+    assert within(cs, fj, p)
+    # the hazard the derivative family guarantees: the final-storage control is detected
+    if family == "derivative":
+        rec = check_program(p, engines=(), checks=["control:final-storage"])[0]
+        assert rec.outcome == "detected", rec.detail

@@ -70,7 +70,7 @@ def bytes_verdict(result: EngineResult, execution: Execution) -> Verdict:
                    "(bytes and generator)")
 
 
-def _engines(names: Sequence[str | Engine] | None, mutants: bool) -> list[tuple[str, Engine]]:
+def _engines(names: Sequence[str | Engine] | None) -> list[tuple[str, Engine]]:
     if names is None:
         names = list(registry.engine_names())
     out = []
@@ -80,54 +80,77 @@ def _engines(names: Sequence[str | Engine] | None, mutants: bool) -> list[tuple[
             out.append((name, registry.get(name)))
         else:
             out.append((item.name, item))
-    if mutants:
-        have = {n for n, _ in out}
-        out += [(n, registry.get(n)) for n in registry.mutant_names() if n not in have]
     return out
+
+
+def _run(engine: Engine, execution: Execution,
+         reference: np.ndarray | None) -> tuple[EngineResult, Verdict, Verdict, float]:
+    t0 = time.perf_counter()
+    result = engine.run(execution.program, admission=execution.admission)
+    grad = gradient_verdict(result, execution, reference)
+    byt = bytes_verdict(result, execution)
+    return result, grad, byt, time.perf_counter() - t0
 
 
 def engine_records(program: Program, execution: Execution,
                    reference_gradient: np.ndarray | None,
                    engines: Sequence[str | Engine] | None = None,
-                   program_id: str | None = None, *, mutants: bool = False) -> list[Record]:
+                   program_id: str | None = None, *,
+                   mutants: bool | Sequence[str] = False) -> list[Record]:
     """Run each engine on ``program`` and judge it against ``execution`` (SPEC §5).
 
-    ``engines``: names (registered, ``policy:...`` or ``module:attr``) or engine objects;
-    None means every registered engine that is not a mutant. ``mutants`` adds every
-    registered mutant. Mutants (names ``mutant:...``) give one record each; an engine
-    that raises gives ``error`` records (a mutant that raises counts as ``detected``).
+    ``engines``: the systems under test, as names (registered, ``policy:...`` or
+    ``module:attr``) or engine objects; None means every registered engine that is not
+    a mutant. Each gives a ``gradient`` and a ``bytes`` record (``error`` records if it
+    raises), a mutant named here included. ``mutants`` (True: every registered mutant)
+    adds the mutants as controls: one ``mutant:...`` record each, see
+    :func:`mutant_records`.
     """
     label = program_id or program.name or program.sha256[:16]
     sha = program.sha256
     records: list[Record] = []
-    for name, engine in _engines(engines, mutants):
-        mutant = registry.is_mutant(name)
+    for name, engine in _engines(engines):
         t0 = time.perf_counter()
         try:
-            result = engine.run(program, admission=execution.admission)
-            grad = gradient_verdict(result, execution, reference_gradient)
-            byt = bytes_verdict(result, execution)
+            result, grad, byt, seconds = _run(engine, execution, reference_gradient)
         except Exception as exc:  # one record per check, never dropped
-            seconds = time.perf_counter() - t0
             msg = f"{type(exc).__name__}: {exc}"
-            if mutant:
-                records.append(Record(label, sha, name, name, "detected", None,
-                                      f"raised {msg}", seconds))
-            else:
-                records += [Record(label, sha, c, name, "error", None, msg, seconds)
-                            for c in (GRADIENT, BYTES)]
-            continue
-        seconds = time.perf_counter() - t0
-        metrics = result.metrics
-        if mutant:
-            found = [f"{c}: {v.detail}" for c, v in ((GRADIENT, grad), (BYTES, byt))
-                     if v.outcome == "diverge"]
-            outcome = "detected" if found else "missed"
-            detail = "; ".join(found) if found else "gradient and bytes both matched"
-            records.append(Record(label, sha, name, name, outcome, grad.max_abs_err, detail,
-                                  seconds, dict(metrics)))
+            records += [Record(label, sha, c, name, "error", None, msg,
+                               time.perf_counter() - t0) for c in (GRADIENT, BYTES)]
             continue
         for check, v in ((GRADIENT, grad), (BYTES, byt)):
             records.append(Record(label, sha, check, name, v.outcome, v.max_abs_err, v.detail,
-                                  seconds, dict(metrics)))
+                                  seconds, dict(result.metrics)))
+    if mutants:
+        names = None if mutants is True else mutants
+        records += mutant_records(program, execution, reference_gradient, names, label)
+    return records
+
+
+def mutant_records(program: Program, execution: Execution,
+                   reference_gradient: np.ndarray | None,
+                   mutants: Sequence[str] | None = None,
+                   program_id: str | None = None) -> list[Record]:
+    """One control record per mutant (default: every registered one): ``check`` and
+    ``engine`` are its name; ``detected`` when its gradient or bytes check diverges (or
+    it raises), ``missed`` when both match."""
+    label = program_id or program.name or program.sha256[:16]
+    sha = program.sha256
+    records = []
+    for name in registry.mutant_names() if mutants is None else mutants:
+        t0 = time.perf_counter()
+        try:
+            result, grad, byt, seconds = _run(registry.get(name), execution,
+                                              reference_gradient)
+        except Exception as exc:
+            records.append(Record(label, sha, name, name, "detected", None,
+                                  f"raised {type(exc).__name__}: {exc}",
+                                  time.perf_counter() - t0))
+            continue
+        found = [f"{c}: {v.detail}" for c, v in ((GRADIENT, grad), (BYTES, byt))
+                 if v.outcome == "diverge"]
+        records.append(Record(label, sha, name, name, "detected" if found else "missed",
+                              grad.max_abs_err,
+                              "; ".join(found) or "gradient and bytes both matched", seconds,
+                              dict(result.metrics)))
     return records

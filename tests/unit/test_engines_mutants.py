@@ -6,7 +6,7 @@ import pytest
 from replayverify import engines
 from replayverify.engines import Eager, ReadSet, Region, Whole
 from replayverify.programs import execute
-from replayverify.verifier.engine_checks import engine_records
+from replayverify.verifier.engine_checks import engine_records, mutant_records
 from tests.helpers import program
 from tests.unit.engine_programs import HAND
 
@@ -38,7 +38,7 @@ def test_at_least_ten_mutants_all_mapped():
 def test_mutant_is_detected(mutant):
     p = HAND[DETECTED_ON[mutant]]()
     ex = execute(p)
-    (rec,) = engine_records(p, ex, ex.gradient, [mutant], "p")
+    (rec,) = mutant_records(p, ex, ex.gradient, [mutant], "p")
     assert rec.check == mutant and rec.engine == mutant
     assert rec.outcome == "detected", rec.detail
     assert set(rec.metrics) == {"retained_bytes", "temporary_bytes", "replayed_ops"}
@@ -61,7 +61,7 @@ def test_mutants_are_missed_where_their_bug_cannot_show():
     names = ["mutant:whole-rng-not-reinstated", "mutant:region-live-rng",
              "mutant:whole-memcpy-overlap", "mutant:whole-scatter-first-wins",
              "mutant:region-float-writes-only", "mutant:eager-mask-from-live-rng"]
-    for rec in engine_records(p, ex, ex.gradient, names, "p"):
+    for rec in mutant_records(p, ex, ex.gradient, names, "p"):
         assert rec.outcome == "missed", (rec.check, rec.detail)
 
 
@@ -72,3 +72,12 @@ def test_mutants_flag_adds_every_mutant_after_the_engines():
     assert [r.check for r in recs[:2]] == ["gradient", "bytes"]
     assert [r.check for r in recs[2:]] == list(engines.mutant_names())
     assert all(r.outcome in ("detected", "missed") for r in recs[2:])
+
+
+def test_a_mutant_named_as_the_engine_under_test_gets_gradient_and_bytes_records():
+    p = HAND["shift_up"]()
+    ex = execute(p)
+    recs = engine_records(p, ex, ex.gradient, ["mutant:region-missing-redo"], "p")
+    assert [(r.check, r.engine) for r in recs] == [
+        ("gradient", "mutant:region-missing-redo"), ("bytes", "mutant:region-missing-redo")]
+    assert recs[1].outcome == "diverge" and "after backward" in recs[1].detail

@@ -11,6 +11,7 @@ Every strategy is valid by construction: what it draws passes
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -88,7 +89,22 @@ def _check_kinds(value: Any) -> tuple[OpKind, ...]:
     return tuple(k for k in KIND_ORDER if k in chosen)
 
 
-# ---------------------------------------------------------------- values
+# ---------------------------------------------------------------- drawing helpers
+#
+# The composites below call these helpers with their ``draw`` instead of nesting
+# composites, and every primitive strategy is built once and cached: a fresh strategy
+# object per draw costs Hypothesis a validation each time, which made generation (and
+# above all shrinking) several times slower.
+
+
+@cache
+def _ints(lo: int, hi: int) -> SearchStrategy[int]:
+    return st.integers(lo, hi)
+
+
+def _pick(draw: Any, seq: Sequence[Any]) -> Any:
+    """One element of ``seq``; shrinks towards the first (like ``sampled_from``)."""
+    return seq[draw(_ints(0, len(seq) - 1))] if len(seq) > 1 else seq[0]
 
 
 def _decimals(lo: float, hi: float, places: int = 3) -> SearchStrategy[float]:
@@ -103,57 +119,51 @@ def _decimals(lo: float, hi: float, places: int = 3) -> SearchStrategy[float]:
     return st.integers(round(lo * scale), round(hi * scale)).map(lambda n: n / scale)
 
 
-def _scale() -> SearchStrategy[float]:
-    """a and b: shrinks to 1.0, then other simple values, then decimals in [-2, 2]."""
-    return st.sampled_from((1.0, -1.0, 0.5, 2.0)) | _decimals(-2.0, 2.0)
-
-
-def _shift() -> SearchStrategy[float]:
-    """c: shrinks to 0.0."""
-    return st.sampled_from((0.0, 1.0, -0.5)) | _decimals(-1.0, 1.0)
+def _simple_then(simple: tuple[float, ...], lo: float, hi: float) -> SearchStrategy[float]:
+    """Shrinks to ``simple[0]``, then the other simple values, then decimals in [lo, hi]."""
+    return st.sampled_from(simple) | _decimals(lo, hi)
 
 
 COEFS: dict[str, SearchStrategy[float]] = {
-    "a": _scale(),
-    "b": _scale(),
-    "c": _shift(),
-    "sigma": st.sampled_from((0.1, 1.0, 0.01)) | _decimals(0.0, 1.0),
-    # keep must stay in (0, 1] after conversion to float32.
-    "keep": st.sampled_from((0.5, 1.0, 0.9)) | _decimals(0.05, 1.0),
+    "a": _simple_then((1.0, -1.0, 0.5, 2.0), -2.0, 2.0),
+    "b": _simple_then((1.0, -1.0, 0.5, 2.0), -2.0, 2.0),
+    "c": _simple_then((0.0, 1.0, -0.5), -1.0, 1.0),
+    "sigma": _simple_then((0.1, 1.0, 0.01), 0.0, 1.0),
+    "keep": _simple_then((0.5, 1.0, 0.9), 0.05, 1.0),  # in (0, 1] in float32 too
 }
+WEIGHTS = _simple_then((1.0, 2.0, -1.0, 0.5), -4.0, 4.0)
+FLOAT_VALUES = _decimals(-1.0, 1.0, places=6)
+# Integer init values over float bytes: small and non-negative (over float64 high
+# halves a negative value is a NaN pattern, which helps nobody's gradient).
+INT_VALUES = st.integers(0, 1000)
 
 
+@cache
 def _int_coef(dtype: str) -> SearchStrategy[int]:
     info = np.iinfo(DTYPES[dtype])
     return st.sampled_from((1, -1)) | st.integers(int(info.min), int(info.max))
 
 
-def _float_values() -> SearchStrategy[float]:
-    return _decimals(-1.0, 1.0, places=6)
-
-
-def _values(view: View, index_range: int | None = None) -> SearchStrategy[tuple]:
-    """Init values for ``view``: shrink to zeros (float) or 0 (int)."""
+def _draw_values(draw: Any, view: View, index_range: int | None = None) -> tuple:
+    """Init values for ``view``: shrink to zeros."""
     if view.is_float:
-        elem: SearchStrategy = _float_values()
+        elem = FLOAT_VALUES
     elif index_range is not None:  # small, duplicate and negative indices
-        elem = st.integers(-2 * index_range, 2 * index_range)
-    else:  # small and non-negative: over float64 high halves, negatives would be NaN
-        elem = st.integers(0, 1000)
-    return st.lists(elem, min_size=view.size, max_size=view.size).map(tuple)
+        elem = _ints(-2 * index_range, 2 * index_range)
+    else:
+        elem = INT_VALUES
+    return tuple(draw(elem) for _ in range(view.size))
 
 
 # ---------------------------------------------------------------- shapes and views
 
 
-@st.composite
-def _shapes(draw, max_elements: int, ndims: tuple[int, ...] = (1, 2)) -> tuple[int, ...]:
+def _draw_shape(draw: Any, max_elements: int) -> tuple[int, ...]:
     """1-D (shrinks to (1,)) or 2-D with at most ``max_elements`` elements."""
-    ndim = draw(st.sampled_from(ndims))
-    if ndim == 1:
-        return (draw(st.integers(1, max_elements)),)
-    rows = draw(st.integers(1, max_elements))
-    return (rows, draw(st.integers(1, max_elements // rows)))
+    if not draw(st.booleans()):
+        return (draw(_ints(1, max_elements)),)
+    rows = draw(_ints(1, max_elements))
+    return (rows, draw(_ints(1, max_elements // rows)))
 
 
 def _extent(shape: tuple[int, ...], elem_stride: int, item: int) -> int:
@@ -168,10 +178,9 @@ def _strides(shape: tuple[int, ...], elem_stride: int, order: str) -> tuple[int,
     return (cols * elem_stride, elem_stride) if order == "C" else (elem_stride, rows * elem_stride)
 
 
-@st.composite
-def _window(draw, *, name: str, buffer: str, dtype: str, shape: tuple[int, ...],
-            elem_strides: Sequence[int], offset_unit: int, max_end: int | None,
-            max_offset: int = 0) -> View:
+def _draw_window(draw: Any, *, name: str, buffer: str, dtype: str, shape: tuple[int, ...],
+                 elem_strides: Sequence[int], offset_unit: int, max_end: int | None,
+                 max_offset: int = 0) -> View:
     """A view of ``shape`` over ``buffer``: row- or column-major (2-D), one of
     ``elem_strides`` between consecutive elements, offset a multiple of ``offset_unit``.
 
@@ -180,13 +189,13 @@ def _window(draw, *, name: str, buffer: str, dtype: str, shape: tuple[int, ...],
     first stride and offset 0.
     """
     item = DTYPES[dtype].itemsize
-    order = draw(st.sampled_from(("C", "F"))) if len(shape) == 2 else "C"
+    order = "F" if len(shape) == 2 and draw(st.booleans()) else "C"
     if max_end is not None:
         elem_strides = [s for s in elem_strides if _extent(shape, s, item) <= max_end]
-    es = draw(st.sampled_from(elem_strides))
+    es = _pick(draw, elem_strides)
     if max_end is not None:
         max_offset = max_end - _extent(shape, es, item)
-    offset = offset_unit * draw(st.integers(0, max_offset // offset_unit))
+    offset = offset_unit * draw(_ints(0, max_offset // offset_unit))
     return View(name, buffer, dtype, offset, shape, _strides(shape, es, order))
 
 
@@ -212,21 +221,22 @@ def views(
         raise InvalidArgument(f"buffer={buffer!r} must be a non-empty name")
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"name={name!r} must be a non-empty name")
-    dts = tuple(d for d in dts if DTYPES[d].itemsize <= nbytes)
-    if not dts:
+    fitting = tuple(d for d in dts if DTYPES[d].itemsize <= nbytes)
+    if not fitting:
         raise InvalidArgument(f"nbytes={nbytes} is too small for any of {dtypes!r}")
-    return _views(buffer, nbytes, dts, max_elements, name)
+    return _views(buffer=buffer, nbytes=nbytes, dtypes=fitting, max_elements=max_elements,
+                  name=name)
 
 
 @st.composite
-def _views(draw, buffer: str, nbytes: int, dts: tuple[str, ...], max_elements: int,
+def _views(draw, *, buffer: str, nbytes: int, dtypes: tuple[str, ...], max_elements: int,
            name: str) -> View:
-    dtype = draw(st.sampled_from(dts))
+    dtype = _pick(draw, dtypes)
     item = DTYPES[dtype].itemsize
-    shape = draw(_shapes(min(max_elements, nbytes // item)))
-    return draw(_window(name=name, buffer=buffer, dtype=dtype, shape=shape,
+    shape = _draw_shape(draw, min(max_elements, nbytes // item))
+    return _draw_window(draw, name=name, buffer=buffer, dtype=dtype, shape=shape,
                         elem_strides=(item, 2 * item, 3 * item), offset_unit=item,
-                        max_end=nbytes))
+                        max_end=nbytes)
 
 
 # ---------------------------------------------------------------- ops
@@ -279,15 +289,14 @@ def _op_table(pool: Sequence[View], kinds: tuple[OpKind, ...],
     return table
 
 
-@st.composite
-def _op_from_table(draw, table: dict[OpKind, list]) -> Op:
-    kind = draw(st.sampled_from(list(table)))
+def _draw_op(draw: Any, table: dict[OpKind, list], kinds: Sequence[OpKind]) -> Op:
+    kind = _pick(draw, kinds)
     spec = OP_SPECS[kind]
     if spec.indexed:
-        dst, x, ix = draw(st.sampled_from(table[kind]))
+        dst, x, ix = _pick(draw, table[kind])
         return Op(kind, dst.name, x.name, index=ix.name)
-    group = draw(st.sampled_from(table[kind]))
-    names = {f: draw(st.sampled_from(group)).name for f in ("dst",) + spec.sources}
+    group = _pick(draw, table[kind])
+    names = {f: _pick(draw, group).name for f in ("dst",) + spec.sources}
     coefs: dict[str, Any] = {}
     for c in spec.coefs:
         coefs[c.name] = draw(_int_coef(group[0].dtype) if c.kind == "int" else COEFS[c.name])
@@ -302,7 +311,7 @@ def ops(
 
     ``kinds`` restricts the op kinds (default: all that the views allow);
     ``int_writes=False`` never writes an integer view. Shrinks towards ``copy``, the
-    first views and the simplest coefficients (1.0 for a, b; 0.0 for c; small keys).
+    first views and the simplest coefficients (1.0 for a, b; 0.0 for c; k = 1).
     """
     if isinstance(views, View) or not isinstance(views, Sequence):
         raise InvalidArgument(f"views={views!r} must be a sequence of View")
@@ -312,7 +321,12 @@ def ops(
     table = _op_table(tuple(views), _check_kinds(kinds), int_writes)
     if not table:
         raise InvalidArgument("no op of the requested kinds can be formed from these views")
-    return _op_from_table(table)
+    return _ops(table=table)
+
+
+@st.composite
+def _ops(draw, *, table: dict[OpKind, list]) -> Op:
+    return _draw_op(draw, table, list(table))
 
 
 # ---------------------------------------------------------------- rng, segments
@@ -320,16 +334,17 @@ def ops(
 
 def rng_states() -> SearchStrategy[Rng]:
     """Philox keys and counters; shrinks towards key (0, 0) and counter 0."""
-    u32 = st.integers(0, U32_MAX)
-    return st.builds(Rng, key=st.tuples(u32, u32), counter=st.tuples(u32, u32, u32, u32))
+    return RNG_STATES
 
 
-@st.composite
-def _segments(draw, n_ops: int) -> tuple[int, ...]:
+_U32 = st.integers(0, U32_MAX)
+RNG_STATES = st.builds(Rng, key=st.tuples(_U32, _U32), counter=st.tuples(_U32, _U32, _U32, _U32))
+
+
+def _draw_segments(draw: Any, n_ops: int) -> tuple[int, ...]:
     """Counts summing to n_ops; shrinks to one segment. Empty segments are allowed."""
-    cuts = sorted(draw(st.lists(st.integers(0, n_ops), max_size=3)))
-    bounds = [0, *cuts, n_ops]
-    return tuple(int(d) for d in np.diff(bounds))
+    cuts = sorted(draw(_ints(0, n_ops)) for _ in range(draw(_ints(0, 3))))
+    return tuple(int(d) for d in np.diff([0, *cuts, n_ops]))
 
 
 # ---------------------------------------------------------------- programs
@@ -379,48 +394,46 @@ def _aliases(dtype: str) -> tuple[tuple[str, int, int], ...]:
     return (("int32", 4, 4), ("int32", 8, 4))
 
 
+@cache
+def _index_sets(n: int) -> SearchStrategy[list[int]]:
+    return st.lists(_ints(0, n - 1), min_size=1, max_size=min(n, 3), unique=True)
+
+
 @st.composite
 def _programs(draw, *, min_ops: int, max_ops: int, max_elements: int, dtypes: tuple[str, ...],
               int_writes: bool, draws: bool) -> Program:
     kinds = tuple(k for k in KIND_ORDER if draws or k not in DRAW_KINDS)
-    dtype = draw(st.sampled_from(dtypes))
+    dtype = _pick(draw, dtypes)
     item = DTYPES[dtype].itemsize
-    shape = draw(_shapes(max_elements))
+    shape = _draw_shape(draw, max_elements)
     spread = max_elements * item  # offsets up to here: windows overlap often
 
-    def window(name: str, **kw) -> SearchStrategy[View]:
-        kw.setdefault("shape", shape)
-        kw.setdefault("elem_strides", (item, 2 * item, 3 * item))
-        kw.setdefault("offset_unit", item)
-        return _window(name=name, buffer="state", dtype=dtype, max_end=None,
-                       max_offset=spread, **kw)
+    def window(name: str, dt: str = dtype, sh: tuple[int, ...] = shape,
+               strides: Sequence[int] = (item, 2 * item, 3 * item), unit: int = item) -> View:
+        return _draw_window(draw, name=name, buffer="state", dtype=dt, shape=sh,
+                            elem_strides=strides, offset_unit=unit, max_end=None,
+                            max_offset=spread)
 
-    n_windows = draw(st.integers(1, 4))
-    pool = [draw(window(f"w{i}")) for i in range(n_windows)]
-    flat_n = draw(st.integers(1, max_elements))
-    pool.append(draw(window("flat", shape=(flat_n,), elem_strides=(item,))))
+    pool = [window(f"w{i}") for i in range(draw(_ints(1, 4)))]
+    flat_n = draw(_ints(1, max_elements))
+    pool.append(window("flat", sh=(flat_n,), strides=(item,)))
     if int_writes:
-        n_int = draw(st.integers(1, 3))
-        for i in range(n_int):
-            idt, es, unit = draw(st.sampled_from(_aliases(dtype)))
-            pool.append(draw(_window(name=f"i{i}", buffer="state", dtype=idt, shape=shape,
-                                     elem_strides=(es,), offset_unit=unit, max_end=None,
-                                     max_offset=spread)))
+        for i in range(draw(_ints(1, 3))):
+            idt, es, unit = _pick(draw, _aliases(dtype))
+            pool.append(window(f"i{i}", dt=idt, strides=(es,), unit=unit))
     ix = View("ix", "idx", "int32", 0, shape, _strides(shape, 4, "C"))
     pool.append(ix)
 
     table = _op_table(pool, kinds, int_writes)
-    op_list = draw(st.lists(_op_from_table(table), min_size=min_ops, max_size=max_ops))
+    op_list = draw(st.lists(_ops(table=table), min_size=min_ops, max_size=max_ops))
 
     floats = [v for v in pool if v.is_float]
-    # Inputs: a drawn list, keeping each view that overlaps no earlier one.
-    inputs: list[View] = []
-    for v in draw(st.lists(st.sampled_from(floats), min_size=1, max_size=3, unique=True)):
-        if not any(_overlap(v, u) for u in inputs):
-            inputs.append(v)
-    loss_view = draw(st.sampled_from(floats))
-    weights = draw(st.lists(st.sampled_from((1.0, 2.0, -1.0, 0.5)) | _decimals(-4.0, 4.0),
-                            min_size=loss_view.size, max_size=loss_view.size))
+    inputs: list[View] = []  # each drawn view that overlaps no earlier input
+    for j in draw(_index_sets(len(floats))):
+        if not any(_overlap(floats[j], u) for u in inputs):
+            inputs.append(floats[j])
+    loss_view = _pick(draw, floats)
+    weights = tuple(draw(WEIGHTS) for _ in range(loss_view.size))
 
     used = {loss_view.name, *(v.name for v in inputs)}
     for op in op_list:
@@ -428,11 +441,10 @@ def _programs(draw, *, min_ops: int, max_ops: int, max_elements: int, dtypes: tu
     kept = [v for v in pool if v.name in used]
     init = []
     if ix.name in used:  # indices: the interesting part of gather and scatter
-        init.append(Init(ix.name, draw(_values(ix, index_range=flat_n))))
-    n_init = draw(st.integers(0, 3))
-    for _ in range(n_init):
-        v = draw(st.sampled_from(kept))
-        init.append(Init(v.name, draw(_values(v))))
+        init.append(Init(ix.name, _draw_values(draw, ix, index_range=flat_n)))
+    for _ in range(draw(_ints(0, 3))):
+        v = _pick(draw, kept)
+        init.append(Init(v.name, _draw_values(draw, v)))
 
     buffers = []
     for buf in ("state", "idx"):
@@ -443,10 +455,10 @@ def _programs(draw, *, min_ops: int, max_ops: int, max_elements: int, dtypes: tu
         buffers=tuple(buffers),
         views=tuple(kept),
         ops=tuple(op_list),
-        loss=Loss(loss_view.name, tuple(weights)),
+        loss=Loss(loss_view.name, weights),
         init=tuple(init),
-        rng=draw(rng_states()),
-        segments=draw(_segments(len(op_list))),
+        rng=draw(RNG_STATES),
+        segments=_draw_segments(draw, len(op_list)),
         inputs=tuple(v.name for v in inputs),
     )
 

@@ -121,6 +121,7 @@ def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], 
     any record is diverge, error or missed, else 0.
     """
     from replayverify.verifier.check import check_program, rejected_record
+    from replayverify.verifier.records import run_is_clean
 
     engines = None
     if engine_specs:
@@ -156,7 +157,7 @@ def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], 
         records += got
     if not as_json:
         click.echo(_record_table(records, len(files)))
-    sys.exit(2 if rejected else 1 if any(r.failing for r in records) else 0)
+    sys.exit(2 if rejected else 0 if run_is_clean(records) else 1)
 
 
 def _record_table(records: list, n_files: int) -> str:
@@ -170,14 +171,181 @@ def _record_table(records: list, n_files: int) -> str:
     widths = [max(len(row[i]) for row in [head, *rows]) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row[:5], widths)) + "  " + row[5]
              for row in [head, *rows]]
+    from replayverify.verifier.records import undetected_mutants
+
     counts = Counter(r.outcome for r in records)
-    failing = sum(counts[o] for o in ("diverge", "error", "missed"))
+    failing = sum(r.failing for r in records) + len(undetected_mutants(records))
     verdict = ("rejected input" if counts["rejected"] else
                "clean" if not failing else f"{failing} failing")
     lines.append(f"{n_files} file(s), {len(records)} record(s): "
                  + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
                  + f"; verdict: {verdict}")
     return "\n".join(line.rstrip() for line in lines)
+
+
+@main.command()
+@click.option("--programs", "n_programs", type=click.IntRange(min=1), required=True,
+              help="How many programs the suite has (all shards together).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Suite seed: same seed, same programs and records on any machine.")
+@click.option("--family", type=str, default=None,
+              help="Only this family (derivative, bytes, alias, complex, default); "
+                   "default: the four suite families in turn.")
+@click.option("--workers", type=click.IntRange(min=0), default=0,
+              help="Worker processes (default: one per CPU). Records do not depend on it.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="suite-out",
+              show_default=True, help="Directory for records.jsonl, summary.json, report.md.")
+@click.option("--shard", type=str, default="0/1", show_default=True,
+              help="I/K: run the programs whose index mod K is I (0 <= I < K).")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted run in --out; ends with the same records.")
+@click.option("--mutants", is_flag=True, help="Also run the engine mutants as controls.")
+@click.option("--engine", "engine", type=str, default=None,
+              help="System under test: a registered engine name or module:attr.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds per program before it becomes an error record (0: none).")
+@click.option("--junit", type=click.Path(dir_okay=False), default=None,
+              help="Also write JUnit XML here, one test case per record.")
+@click.option("--no-shrink", is_flag=True, help="Do not shrink failing programs.")
+@click.option("--max-shrink", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Shrink at most this many failing programs.")
+def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, engine, timeout,
+          junit, no_shrink, max_shrink) -> None:
+    """Generate programs from SEED and run every check on every engine.
+
+    Streams records to OUT/records.jsonl (flushed per program), then writes
+    OUT/summary.json and OUT/report.md and prints a summary. Failing programs are
+    shrunk to minimal reproducers in OUT/failures/. Exit status 0 when clean, 1 when
+    a divergence, error or missed control was found.
+    """
+    from pathlib import Path
+
+    from replayverify.verifier.suite import SuiteConfig, SuiteError, parse_shard, run_suite
+
+    try:
+        engines = resolve_engines(engine)
+        cfg = SuiteConfig(
+            programs=n_programs, seed=seed, family=family, workers=workers, out=Path(out_dir),
+            shard=parse_shard(shard), resume=resume, mutants=mutants, engines=engines,
+            timeout=timeout, shrink=not no_shrink, max_shrink=max_shrink,
+            junit=Path(junit) if junit else None, command=" ".join(["replayverify"] +
+                                                                  sys.argv[1:]),
+        )
+        from replayverify.verifier.suite import suite_ids
+
+        total = len(suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard))
+    except SuiteError as exc:
+        fail_usage(str(exc))
+    bar = _progress(total)
+    try:
+        summary = run_suite(cfg, on_program=lambda _o: bar.update(1))
+    except SuiteError as exc:
+        fail_usage(str(exc))
+    finally:
+        bar.render_finish()
+    _print_summary(summary, cfg.out)
+    sys.exit(0 if summary["verdict"] == "clean" else 1)
+
+
+def _progress(total: int):
+    """A progress bar with ETA on a terminal; silent otherwise."""
+    return click.progressbar(length=total, label="programs", show_eta=True, show_pos=True,
+                             file=sys.stderr if sys.stderr.isatty() else _Null())
+
+
+class _Null:
+    def write(self, _s: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _print_summary(summary: dict, out) -> None:
+    click.echo(f"verdict {summary['verdict']}: {summary['programs']} programs, "
+               f"{summary['records']} records in {summary['seconds']} s -> {out}")
+    width = max([len(k) for k in summary["outcomes"]] + [10])
+    for key, counts in summary["outcomes"].items():
+        cells = "  ".join(f"{o} {n}" for o, n in counts.items())
+        err = summary["max_abs_err"].get(key)
+        tail = f"  max_abs_err {err:.3g}" if err is not None else ""
+        click.echo(f"  {key:<{width}}  {cells}{tail}")
+
+
+@main.command("generate")
+@click.option("--programs", "n_programs", type=click.IntRange(min=1), required=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--family", type=str, default=None,
+              help="Only this family; default: the suite's mix.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
+def generate_cmd(n_programs, seed, family, out_dir) -> None:
+    """Write the programs of a suite as JSON files OUT/<family>/<index>.json."""
+    from pathlib import Path
+
+    from replayverify.programs.format import save_program
+    from replayverify.verifier.suite import SuiteError, suite_ids
+
+    try:
+        ids = suite_ids(n_programs, seed, family)
+    except SuiteError as exc:
+        fail_usage(str(exc))
+    for pid in ids:
+        program, _ = pid.build()
+        path = Path(out_dir) / f"{pid}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_program(program, path)
+    click.echo(f"wrote {len(ids)} programs under {out_dir}")
+
+
+def resolve_engines(spec: str | None) -> tuple[str, ...] | None:
+    """The engine names a --engine option asks for (exit 2 when it names nothing)."""
+    if spec is None:
+        return None
+    from replayverify.engines import registry
+
+    try:
+        return (registry.resolve(spec),)
+    except ValueError as exc:
+        fail_usage(str(exc))
+        raise  # unreachable
+
+
+@main.command()
+@click.argument("program_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON record per line.")
+@click.option("--engine", "engine", type=str, default=None,
+              help="Check this engine (registered name or module:attr) instead of all.")
+@click.option("--mutants", is_flag=True, help="Also run the engine mutants as controls.")
+@click.option("--save", type=click.Path(dir_okay=False), default=None,
+              help="Also write the rebuilt program to this file.")
+def replay(program_id: str, as_json: bool, engine: str | None, mutants: bool,
+           save: str | None) -> None:
+    """Rebuild suite program ID (s<seed>/<family>/<index>) and check it.
+
+    This is the reproducer command printed for every failure of a suite.
+    """
+    from replayverify.programs.format import save_program
+    from replayverify.verifier.check import check_program
+    from replayverify.verifier.records import run_is_clean
+    from replayverify.verifier.suite import ProgramId, SuiteError
+
+    try:
+        program, _ = ProgramId.parse(program_id).build()
+    except SuiteError as exc:
+        fail_usage(str(exc))
+    if save:
+        save_program(program, save)
+    records = check_program(program, program_id=program_id, engines=resolve_engines(engine),
+                            mutants=mutants)
+    if as_json:
+        for r in records:
+            click.echo(r.to_json())
+    else:
+        click.echo(_record_table(records, 1))
+    sys.exit(0 if run_is_clean(records) else 1)
 
 
 main.add_command(gpu_group)

@@ -30,8 +30,14 @@ class Record:
             raise ValueError(f"unknown outcome {self.outcome!r}")
 
     @property
+    def is_mutant(self) -> bool:
+        return self.check.startswith("mutant:")
+
+    @property
     def failing(self) -> bool:
-        return self.outcome in FAILING
+        """A failure by itself. A mutant missed on one program is not: a mutant fails a
+        run only when no program of the run detects it (see :func:`undetected_mutants`)."""
+        return self.outcome in FAILING and not (self.is_mutant and self.outcome == "missed")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -49,6 +55,20 @@ class Record:
         extra = {k: v for k, v in d.items() if k not in base and k not in ("detail", "seconds")}
         return cls(**base, detail=d.get("detail", ""), seconds=d.get("seconds", 0.0),
                    metrics=extra)
+
+
+def undetected_mutants(records: list[Record]) -> list[str]:
+    """Mutants that some program ran but no program detected: each fails the run."""
+    seen: dict[str, bool] = {}
+    for r in records:
+        if r.is_mutant:
+            seen[r.check] = seen.get(r.check, False) or r.outcome == "detected"
+    return sorted(name for name, found in seen.items() if not found)
+
+
+def run_is_clean(records: list[Record]) -> bool:
+    """SPEC §5: no diverge, error or missed; mutants judged over the whole run."""
+    return not any(r.failing for r in records) and not undetected_mutants(records)
 
 
 def tolerance(dtype: str, n_ops: int, g_ref: np.ndarray) -> float:

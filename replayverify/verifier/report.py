@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from replayverify.verifier.records import Record
+from replayverify.verifier.records import Record, run_is_clean, undetected_mutants
 
 CONTROL_OUTCOMES = ("detected", "missed", "unsupported", "error")
 
@@ -40,7 +40,7 @@ def summarize(records: list[Record], stats: list[dict], *, programs: int, seed: 
         name = control_name(r)
         if name is not None:
             controls[name][r.outcome] += 1
-    verdict = "clean" if not any(r.failing for r in records) else "failing"
+    verdict = "clean" if run_is_clean(records) else "failing"
     summary = {
         "programs": programs,
         "seed": seed,
@@ -109,6 +109,9 @@ def render_report(summary: dict, failures: list[dict], command: str) -> str:
     for name, c in summary["controls"].items():
         lines.append(f"| {name} | {c['detected']} | {c['missed']} | {c['unsupported']} |")
     gen = summary["generated"]
+    missed = summary.get("undetected_mutants") or []
+    if missed:
+        lines += ["", f"Mutants no program detected (each fails the run): {', '.join(missed)}"]
     lines += ["", "## What was generated", "",
               "| statistic | value |", "|---|---|"]
     for k, v in gen.items():
@@ -207,9 +210,10 @@ def write_outputs(cfg, records: list[Record], stats: list[dict], seconds: float)
     if any(r.failing for r in records):
         failures = shrink_failures(cfg.out, records, cfg.engines, cfg.mutants,
                                    cfg.max_shrink if cfg.shrink else 0)
+    extra = {"family": cfg.family or "mixed", "shard": f"{cfg.shard[0]}/{cfg.shard[1]}",
+             "undetected_mutants": undetected_mutants(records)}
     summary = summarize(records, stats, programs=len(stats), seed=cfg.seed, seconds=seconds,
-                        extra={"family": cfg.family or "mixed", "shard": f"{cfg.shard[0]}/"
-                               f"{cfg.shard[1]}"})
+                        extra=extra)
     tmp = cfg.out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, cfg.out / "summary.json")

@@ -1,0 +1,126 @@
+"""The suite runner: determinism across workers, resume after SIGKILL, shards, shrinking."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from replayverify.programs import load_program
+from replayverify.verifier.suite import (
+    ProgramId,
+    SuiteConfig,
+    SuiteError,
+    parse_shard,
+    read_records,
+    run_suite,
+    suite_ids,
+)
+
+
+def strip_times(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        d.pop("seconds")
+        out.append(d)
+    return out
+
+
+def test_program_ids_round_trip_and_rebuild_the_same_program():
+    for pid in suite_ids(8, 5):
+        again = ProgramId.parse(str(pid))
+        assert again == pid
+        assert again.build()[0] == pid.build()[0]
+    assert str(ProgramId(0, "derivative", 17)) == "s0/derivative/000017"
+
+
+@pytest.mark.parametrize("bad", ["x0/derivative/1", "s0/nofamily/1", "s0/derivative", "s-1/bytes/2",
+                                 "s0/bytes/x"])
+def test_bad_ids_are_refused(bad):
+    with pytest.raises(SuiteError):
+        ProgramId.parse(bad)
+
+
+def test_shards_partition_the_suite():
+    full = {str(p) for p in suite_ids(10, 1)}
+    parts = [{str(p) for p in suite_ids(10, 1, shard=(i, 3))} for i in range(3)]
+    assert set().union(*parts) == full and sum(map(len, parts)) == len(full)
+    with pytest.raises(SuiteError):
+        parse_shard("3/3")
+
+
+def test_records_do_not_depend_on_worker_count(tmp_path):
+    a = run_suite(SuiteConfig(programs=8, seed=2, workers=1, out=tmp_path / "a"))
+    b = run_suite(SuiteConfig(programs=8, seed=2, workers=2, out=tmp_path / "b"))
+    assert strip_times(tmp_path / "a" / "records.jsonl") == strip_times(
+        tmp_path / "b" / "records.jsonl")
+    assert a["verdict"] == b["verdict"] == "clean"
+    assert {k: v for k, v in a.items() if k != "seconds"} == \
+        {k: v for k, v in b.items() if k != "seconds"}
+    # every program has its records, none dropped
+    programs = {r.program for r in read_records(tmp_path / "a" / "records.jsonl")}
+    assert programs == {str(p) for p in suite_ids(8, 2)}
+
+
+def test_refuses_to_overwrite_without_resume(tmp_path):
+    run_suite(SuiteConfig(programs=1, seed=0, workers=1, out=tmp_path))
+    with pytest.raises(SuiteError, match="--resume"):
+        run_suite(SuiteConfig(programs=1, seed=0, workers=1, out=tmp_path))
+
+
+def test_sigkill_then_resume_gives_the_records_of_an_uninterrupted_run(tmp_path):
+    ref = tmp_path / "ref"
+    run_suite(SuiteConfig(programs=24, seed=4, workers=1, out=ref))
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "replayverify", "suite", "--programs", "24", "--seed", "4",
+           "--workers", "1", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = out / "records.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline:  # kill it part-way through
+        if records.exists() and records.stat().st_size > 2000:
+            break
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(strip_times(records))
+    assert 0 < done
+    res = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert strip_times(records) == strip_times(ref / "records.jsonl")
+
+
+def test_a_failing_engine_exits_1_and_shrinks_to_at_most_4_ops(tmp_path):
+    out = tmp_path / "s"
+    res = subprocess.run(
+        [sys.executable, "-m", "replayverify", "suite", "--programs", "12", "--seed", "0",
+         "--family", "derivative", "--workers", "1", "--out", str(out), "--max-shrink", "3",
+         "--engine", "mutant:region-current-segment-only"],
+        capture_output=True, text=True, check=False)
+    assert res.returncode == 1, res.stdout + res.stderr
+    shrunk = sorted((out / "failures").rglob("*.json"))
+    assert shrunk, "no reproducers written"
+    report = (out / "report.md").read_text()
+    for path in shrunk:
+        p = load_program(path)
+        assert len(p.ops) <= 4, (path, len(p.ops))
+        cmd = path.with_suffix(".txt").read_text().split()
+        assert str(path) in report
+        again = subprocess.run([sys.executable, "-m", "replayverify", *cmd[1:], "--json"],
+                               capture_output=True, text=True, check=False)
+        assert again.returncode == 1, again.stdout + again.stderr
+
+
+def test_junit_and_report_are_written(tmp_path):
+    junit = tmp_path / "junit.xml"
+    s = run_suite(SuiteConfig(programs=4, seed=0, workers=1, out=tmp_path / "o", junit=junit))
+    assert "<testsuite" in junit.read_text()
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "## Checks by engine" in report and "## What was generated" in report
+    gen = s["generated"]
+    assert sum(gen["families"].values()) == 4 and gen["ops"]

@@ -180,7 +180,8 @@ def shrink_failures(out: Path, records: list[Record], engines: tuple[str, ...] |
 
             def still_fails(p, r=r, engine_arg=engine_arg):
                 got = check_program(p, program_id=r.program, engines=engine_arg or None,
-                                    mutants=mutants and r.engine.startswith("mutant:"))
+                                    checks=None if r.is_mutant else (r.check,),
+                                    mutants=mutants and r.is_mutant)
                 return any(x.failing and x.check == r.check and x.engine == r.engine
                            for x in got)
 

@@ -141,8 +141,8 @@ def run_forward(program: Program, state: State | None = None, start: int = 0,
 
 def loss_of(program: Program, state: State) -> float:
     """L = sum(weights * view) in float64, read from ``state``."""
-    values = state.read(layouts(program)[program.loss.view]).astype(np.float64).reshape(-1)
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # float32 sNaN bits warn in the cast
+        values = state.read(layouts(program)[program.loss.view]).astype(np.float64).reshape(-1)
         return float(np.sum(np.asarray(program.loss.weights, dtype=np.float64) * values))
 
 

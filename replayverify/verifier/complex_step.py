@@ -140,15 +140,15 @@ def complex_step(
             continue
         imag = {f: im.read(lay[getattr(op, f)]) for f in op.spec.sources}
         ev = execute_op(program, k, state, forward=forward)
-        operands = {f: ev.operands[f].reshape(1, -1) + 1j * imag[f] for f in imag}
-        if op.spec.indexed:
-            operands["index"] = ev.operands["index"].reshape(-1)
-        draws = None if ev.draws is None else ev.draws.reshape(-1).astype(np.float64)
         rule = rules[op.kind]
         if rule is None:
             raise ValueError(f"op {k}: {op.kind.value} writes a float view but has no "
                              "complex rule")
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are legal values
+            operands = {f: ev.operands[f].reshape(1, -1) + 1j * imag[f] for f in imag}
+            if op.spec.indexed:
+                operands["index"] = ev.operands["index"].reshape(-1)
+            draws = None if ev.draws is None else ev.draws.reshape(-1).astype(np.float64)
             out, where = rule(op, operands, draws, dst.size)
         im.write(dst, np.imag(out), where)
 

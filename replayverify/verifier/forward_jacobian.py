@@ -233,9 +233,9 @@ def forward_jacobian(
         rule = tangent[op.kind]
         if rule is None:
             raise ValueError(f"op {k}: {op.kind.value} writes a float view but has no tangent")
-        values = {f: (a.reshape(-1).astype(np.float64) if f != "index" else a.reshape(-1))
-                  for f, a in ev.operands.items()}
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):  # sNaN bits from integer writes
+            values = {f: (a.reshape(-1).astype(np.float64) if f != "index" else a.reshape(-1))
+                      for f, a in ev.operands.items()}
             t_out, where = rule(op, values, tans, ev.draws, dst.dtype, dst.size)
         shadow.write(dst, t_out, where)
 

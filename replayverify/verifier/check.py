@@ -100,8 +100,7 @@ def check_execution(
     wanted = _wanted(checks)
     label, sha = program_label(program, program_id), program.sha256
     records: list[Record] = []
-    fj: ForwardJacobian | None = None
-    fj_error: BaseException | None = None
+    fj: list[ForwardJacobian] = []  # computed once, for its record and the engines
 
     def run(check: str, fn: Callable[[], Verdict]) -> None:
         t0 = time.perf_counter()
@@ -113,18 +112,13 @@ def check_execution(
         records.append(Record(label, sha, check, "", v.outcome, v.max_abs_err, v.detail,
                               time.perf_counter() - t0))
 
-    if FORWARD_JACOBIAN in wanted or GRADIENT in wanted:
-        t0 = time.perf_counter()
-        try:
-            fj = forward_jacobian(program)
-        except Exception as exc:
-            fj_error = exc
-        fj_seconds = time.perf_counter() - t0
+    def jacobian() -> ForwardJacobian:
+        if not fj:
+            fj.append(forward_jacobian(program))
+        return fj[0]
+
     if FORWARD_JACOBIAN in wanted:
-        if fj is None:
-            records.append(_error(label, sha, FORWARD_JACOBIAN, fj_error, fj_seconds))
-        else:
-            run(FORWARD_JACOBIAN, lambda: forward_jacobian_verdict(ex, fj))
+        run(FORWARD_JACOBIAN, lambda: forward_jacobian_verdict(ex, jacobian()))
     if COMPLEX_STEP in wanted:
         run(COMPLEX_STEP, lambda: complex_step_verdict(ex))
     if BYTES in wanted:
@@ -136,11 +130,15 @@ def check_execution(
         run(WRONG_RNG, lambda: wrong_rng_control(ex))
 
     engine_wanted = [c for c in ENGINE_CHECKS if c in wanted]
-    if engine_wanted and (engines is None or len(engines)):
+    if engine_wanted and (engines is None or len(engines) or mutants):
         engine_records = _engine_records_fn()
         if engine_records is not None:
-            reference = fj.gradient if fj is not None else None
             t0 = time.perf_counter()
+            try:
+                reference = jacobian().gradient
+            except Exception as exc:  # the engines' gradient has no reference: say so
+                reference = None
+                records.append(_error(label, sha, GRADIENT, exc, engine="*"))
             try:
                 extra = {"mutants": True} if mutants else {}
                 got = engine_records(program, ex, reference, engines, label, **extra)

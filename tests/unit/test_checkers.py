@@ -214,3 +214,14 @@ def test_checkers_do_not_use_the_reverse_rules(monkeypatch):
         cs = complex_step(p).gradient
     np.testing.assert_allclose(fj, g, rtol=0, atol=1e-14)
     np.testing.assert_allclose(cs, g, rtol=0, atol=1e-14)
+
+
+def test_a_failing_reference_is_an_error_record_for_the_engines_too(monkeypatch):
+    def boom(program):
+        raise RuntimeError("no tangents today")
+
+    monkeypatch.setattr(check_module, "forward_jacobian", boom)
+    records = check_program(load("shift-both-ways"), engines=("eager",))
+    errors = [(r.check, r.engine) for r in records if r.outcome == "error"]
+    assert ("forward-jacobian", "") in errors and ("gradient", "*") in errors
+    assert any(r.check == "bytes" and r.engine == "eager" for r in records)

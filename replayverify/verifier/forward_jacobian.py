@@ -121,6 +121,7 @@ class Addresses:
 
 
 def addresses(program: Program) -> Addresses:
+    """Number the distinct float element addresses of every float view of ``program``."""
     lay = layouts(program)
     buf_id = {b.name: i for i, b in enumerate(program.buffers)}
     floats = [lay[v.name] for v in program.views if v.is_float]

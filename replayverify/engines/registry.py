@@ -52,6 +52,9 @@ def _builtin() -> dict[str, Engine]:
 
 _REGISTRY: dict[str, Engine] = _builtin()
 _BUILTIN = frozenset(_REGISTRY)
+# Engines built from a ``policy:`` or ``module:attr`` spec: found by name, but not
+# registered, so they never join the default engine set of later checks.
+_RESOLVED: dict[str, Engine] = {}
 
 
 def register(name: str, engine: Engine) -> Engine:
@@ -75,16 +78,17 @@ def unregister(name: str) -> None:
 
 
 def resolve(spec: str) -> str:
-    """The registered name for ``spec``, registering it first when needed.
+    """The name under which ``get`` finds the engine ``spec`` names.
 
     ``spec`` is a registered name, ``policy:eager,region,...`` (one entry per segment),
-    or ``module:attr`` naming an engine object, or a class or factory returning one,
-    which is registered under ``spec``. Raises ValueError with a one-line reason.
+    or ``module:attr`` naming an engine object, or a class or factory returning one.
+    The latter two are built once and cached under ``spec`` without joining the
+    registered (default) engines. Raises ValueError with a one-line reason.
     """
-    if spec in _REGISTRY:
+    if spec in _REGISTRY or spec in _RESOLVED:
         return spec
     if spec.startswith("policy:"):
-        register(spec, PolicyEngine(tuple(spec[len("policy:"):].split(","))))
+        _RESOLVED[spec] = PolicyEngine(tuple(spec[len("policy:"):].split(",")))
         return spec
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
@@ -98,17 +102,17 @@ def resolve(spec: str) -> str:
         raise ValueError(f"cannot load engine {spec!r}: {exc}") from None
     if not isinstance(obj, Engine) and callable(obj):
         obj = obj()
-    try:
-        register(spec, obj)
-    except TypeError as exc:
-        raise ValueError(str(exc)) from None
+    if not isinstance(obj, Engine):
+        raise ValueError(f"{spec!r} is not an engine: it needs a name and a "
+                         "run(program, *, admission=None) method")
+    _RESOLVED[spec] = obj
     return spec
 
 
 def get(name: str) -> Engine:
     """The engine registered as ``name``; KeyError naming the known engines otherwise."""
     try:
-        return _REGISTRY[name]
+        return _REGISTRY[name] if name in _REGISTRY else _RESOLVED[name]
     except KeyError:
         raise KeyError(f"unknown engine {name!r}; known: {', '.join(_REGISTRY)}") from None
 

@@ -325,21 +325,29 @@ def _seed_words(seed: int, index: int, family: str, attempt: int) -> list[int]:
 
 
 def _acceptable(program: Program, limits: Limits) -> bool:
-    if not (limits.finite or limits.require_hazard):
-        return True
-    from replayverify.programs.interpreter import execute, hazard_gradient
+    """Refuse draws whose numbers the checks cannot judge: non-finite gradients (where the
+    family wants finite ones), and final-storage hazards that change the gradient by
+    less than the SPEC §5 tolerance (a control nobody could detect)."""
+    from replayverify.programs.interpreter import execute, hazard_gradient, stale_operands
+    from replayverify.programs.tolerance import program_tolerance
 
     ex = execute(program, record_boundaries=False)
     if not ex.admission.supported:
         return not limits.require_hazard
     g = ex.gradient
-    if limits.finite and not (np.isfinite(ex.loss) and np.all(np.isfinite(g))
-                              and np.all(np.abs(g) < 1e8)):
+    finite = bool(np.isfinite(ex.loss) and np.all(np.isfinite(g)) and np.all(np.abs(g) < 1e8))
+    if limits.finite and not finite:
+        return False
+    if not finite or not stale_operands(ex):
+        return not limits.require_hazard
+    diff = np.abs(hazard_gradient(ex) - g)
+    diff = float(np.max(diff[np.isfinite(diff)], initial=0.0))
+    tol = program_tolerance(program, g)
+    if 0.0 < diff <= tol:
         return False
     if limits.require_hazard:
-        g_final = hazard_gradient(ex)
         scale = max(1.0, float(np.max(np.abs(g)))) if g.size else 1.0
-        return g.size > 0 and float(np.max(np.abs(g_final - g))) > 1e-6 * scale
+        return diff > max(tol, 1e-6 * scale)
     return True
 
 

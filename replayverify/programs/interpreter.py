@@ -161,16 +161,16 @@ def _f64(op: Op, name: str, dtype: np.dtype) -> float:
 
 def _rev_gather(op, rec, g):
     n = rec.operands["x"].size
-    dx = np.zeros(n)
+    dx = np.zeros(n, dtype=g.dtype)
     np.add.at(dx, np.mod(rec.operands["index"].reshape(-1).astype(np.int64), n), g)
     return {"x": dx}
 
 
 def _rev_scatter(op, rec, g):
-    g_dst = np.zeros(rec.dst_size)
+    g_dst = np.zeros(rec.dst_size, dtype=g.dtype)
     g_dst[rec.where] = g
     where, src = scatter_winners(rec.operands["index"], rec.dst_size)
-    dx = np.zeros(rec.operands["x"].size)
+    dx = np.zeros(rec.operands["x"].size, dtype=g.dtype)
     dx[src] = g_dst[where]
     return {"x": dx}
 
@@ -340,8 +340,12 @@ def _refusal(nodes: _Nodes, row: np.ndarray, layout: ViewLayout, j: int, k: int,
             f"at a different byte extent")
 
 
-def execute(program: Program, *, record_boundaries: bool = True) -> Execution:
-    """Run ``program`` with version tracking (SPEC §3)."""
+def execute(program: Program, *, record_boundaries: bool = True,
+            forward: dict[OpKind, ForwardRule] = FORWARD) -> Execution:
+    """Run ``program`` with version tracking (SPEC §3).
+
+    ``forward`` replaces the forward rule table (tests inject broken rules with it).
+    """
     lay = layouts(program)
     state = initial_state(program)
     nodes = _Nodes()
@@ -373,7 +377,7 @@ def execute(program: Program, *, record_boundaries: bool = True) -> Execution:
                 read_vids[f] = vids
                 if reason and admission.supported:
                     admission = Admission(False, reason, k)
-        ev = execute_op(program, k, state)
+        ev = execute_op(program, k, state, forward=forward)
         starts = dst.starts if ev.where is None else dst.starts[ev.where]
         out = nodes.add(k, DTYPE_CODE[dst.view.dtype], starts)
         item = dst.dtype.itemsize
@@ -406,7 +410,9 @@ def reverse_sweep(ex: Execution, reverse: dict[OpKind, ReverseRule | None] = REV
     ``operands`` may substitute the operand values a rule sees (the final-storage
     control does); by default they are the recorded historical versions.
     """
-    adj = np.zeros(ex.n_nodes, dtype=np.float64)
+    # Adjoints accumulate in extended precision where the platform has it (x86: 80-bit),
+    # so the reference's own rounding stays well below the tolerance it judges with.
+    adj = np.zeros(ex.n_nodes, dtype=np.longdouble)
     _accumulate(adj, ex.loss_vids, np.asarray(ex.program.loss.weights, dtype=np.float64))
     for rec in reversed(ex.records):
         rule = reverse[rec.op.kind]
@@ -417,7 +423,7 @@ def reverse_sweep(ex: Execution, reverse: dict[OpKind, ReverseRule | None] = REV
             rec = replace(rec, operands=operands(rec))
         for f, contrib in rule(rec.op, rec, g).items():
             _accumulate(adj, rec.read_vids[f], contrib)
-    return adj[ex.input_vids].copy()
+    return adj[ex.input_vids].astype(np.float64)
 
 
 # The operand fields whose values a reverse rule depends on (SPEC §5, final-storage).

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from replayverify.programs.model import Program
-from replayverify.verifier.records import max_abs_err, tolerance
+from replayverify.programs.tolerance import float_dtype, program_tolerance
+from replayverify.verifier.records import max_abs_err
+
+__all__ = ["Verdict", "compare_gradients", "float_dtype"]
 
 
 @dataclass(frozen=True)
@@ -17,11 +20,6 @@ class Verdict:
     outcome: str
     max_abs_err: float | None
     detail: str = ""
-
-
-def float_dtype(program: Program) -> str:
-    """The program's float dtype for tolerances: float32 if any float view is float32."""
-    return "float32" if any(v.dtype == "float32" for v in program.views) else "float64"
 
 
 def compare_gradients(g: np.ndarray, g_ref: np.ndarray, program: Program) -> Verdict:
@@ -40,7 +38,7 @@ def compare_gradients(g: np.ndarray, g_ref: np.ndarray, program: Program) -> Ver
                            f"{float(g[j])!r} vs reference {float(g_ref[j])!r}")
         g, g_ref = g[~bad], g_ref[~bad]  # identical non-finite entries: compare the rest
     err = max_abs_err(g, g_ref)
-    tol = tolerance(float_dtype(program), len(program.ops), g_ref)
+    tol = program_tolerance(program, g_ref)
     if err <= tol:
         return Verdict("match", err, f"tolerance {tol:.3g}")
     j = int(np.argmax(np.abs(g - g_ref)))

@@ -7,8 +7,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from replayverify.programs.tolerance import tolerance
+
 OUTCOMES = ("match", "diverge", "unsupported", "rejected", "error", "detected", "missed")
 FAILING = ("diverge", "error", "missed")
+__all__ = ["FAILING", "OUTCOMES", "Record", "max_abs_err", "run_is_clean", "tolerance",
+           "undetected_mutants"]
 
 
 @dataclass(frozen=True)
@@ -69,13 +73,6 @@ def undetected_mutants(records: list[Record]) -> list[str]:
 def run_is_clean(records: list[Record]) -> bool:
     """SPEC §5: no diverge, error or missed; mutants judged over the whole run."""
     return not any(r.failing for r in records) and not undetected_mutants(records)
-
-
-def tolerance(dtype: str, n_ops: int, g_ref: np.ndarray) -> float:
-    """|g - g_ref| <= 64 * eps(dtype) * n_ops * max(1, max|g_ref|)  (SPEC §5)."""
-    eps = float(np.finfo(np.dtype(dtype)).eps)
-    scale = max(1.0, float(np.max(np.abs(g_ref)))) if np.size(g_ref) else 1.0
-    return 64.0 * eps * n_ops * scale
 
 
 def max_abs_err(g: np.ndarray, g_ref: np.ndarray) -> float:

@@ -238,7 +238,7 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
         fail_usage(str(exc))
     bar = _progress(total)
     try:
-        summary = run_suite(cfg, on_program=lambda _o: bar.update(1))
+        summary = run_suite(cfg, on_program=lambda _o, n: bar.update(n))
     except SuiteError as exc:
         fail_usage(str(exc))
     finally:

@@ -7,8 +7,8 @@ runs on any array module ``xp`` that supports integer indexing and ``.view(dtype
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -37,9 +37,28 @@ class ViewLayout:
         return (self.starts[where][:, None] + np.arange(item, dtype=np.int64)).reshape(-1)
 
 
-@lru_cache(maxsize=256)
+_LAYOUTS: OrderedDict[int, tuple[Program, dict[str, ViewLayout]]] = OrderedDict()
+_LAYOUTS_MAX = 256
+
+
 def layouts(program: Program) -> dict[str, ViewLayout]:
-    """Layouts of every view of a (validated) program, computed once per program."""
+    """Layouts of every view of a (validated) program, computed once per program object.
+
+    Keyed by object identity (the cache holds the program, so its id stays unique):
+    hashing a program's fields on every op would cost more than executing it.
+    """
+    hit = _LAYOUTS.get(id(program))
+    if hit is not None and hit[0] is program:
+        _LAYOUTS.move_to_end(id(program))
+        return hit[1]
+    out = _compute_layouts(program)
+    _LAYOUTS[id(program)] = (program, out)
+    if len(_LAYOUTS) > _LAYOUTS_MAX:
+        _LAYOUTS.popitem(last=False)
+    return out
+
+
+def _compute_layouts(program: Program) -> dict[str, ViewLayout]:
     out = {}
     for v in program.views:
         starts = v.element_starts()

@@ -2,9 +2,10 @@
 
 Records are identical whatever the worker count (programs finish in id order, each
 program's records are written and flushed as one block), and a killed run resumes
-to exactly the records of an uninterrupted one: ``progress.json`` names the byte
-length of ``records.jsonl`` after the last complete program, and ``--resume``
-truncates to it and continues with the next program.
+to exactly the records of an uninterrupted one: ``progress.jsonl`` holds the suite's
+parameters on its first line and, after each complete program, one appended line with
+the byte lengths of ``records.jsonl`` and ``programs.jsonl``; ``--resume`` truncates
+both to the last complete line and continues with the next program.
 """
 
 from __future__ import annotations
@@ -214,65 +215,68 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _prepare(cfg: SuiteConfig, ids: list[ProgramId]) -> tuple[int, list[dict]]:
+def _prepare(cfg: SuiteConfig) -> tuple[dict, list[dict]]:
     """Open the output directory; on resume, truncate to the last complete program."""
     cfg.out.mkdir(parents=True, exist_ok=True)
     records = cfg.out / "records.jsonl"
-    progress = cfg.out / "progress.json"
+    progress = cfg.out / "progress.jsonl"
     stats_path = cfg.out / "programs.jsonl"
     meta = {"programs": cfg.programs, "seed": cfg.seed, "family": cfg.family,
             "shard": list(cfg.shard), "mutants": cfg.mutants,
             "engines": list(cfg.engines) if cfg.engines else None}
     if cfg.resume and progress.exists():
-        state = json.loads(progress.read_text())
-        if state["meta"] != meta:
-            raise SuiteError(f"--resume: {cfg.out} holds a different suite ({state['meta']})")
+        lines = progress.read_text().split("\n")
+        if json.loads(lines[0]) != meta:
+            raise SuiteError(f"--resume: {cfg.out} holds a different suite ({lines[0]})")
+        marks = [json.loads(x) for x in lines[1:-1]]  # the last piece may be cut short
+        last = marks[-1] if marks else {"done": 0, "records_bytes": 0, "stats_bytes": 0}
         with open(records, "r+b") as fh:
-            fh.truncate(state["records_bytes"])
+            fh.truncate(last["records_bytes"])
         with open(stats_path, "r+b") as fh:
-            fh.truncate(state["stats_bytes"])
-        done = state["done"]
+            fh.truncate(last["stats_bytes"])
+        _write_atomic(progress, "".join(json.dumps(x) + "\n" for x in [meta, *marks]))
     else:
         if not cfg.resume and records.exists() and records.stat().st_size:
             raise SuiteError(f"{records} exists: pass --resume to continue it, or choose "
                              "another --out")
         records.write_bytes(b"")
         stats_path.write_bytes(b"")
-        done = 0
-        _write_atomic(progress, json.dumps({"meta": meta, "done": 0, "records_bytes": 0,
-                                            "stats_bytes": 0}))
+        last = {"done": 0, "records_bytes": 0, "stats_bytes": 0}
+        _write_atomic(progress, json.dumps(meta) + "\n")
     stats = [json.loads(line) for line in stats_path.read_text().splitlines() if line]
-    return done, stats
+    return last, stats
 
 
-def run_suite(cfg: SuiteConfig, on_program: Callable[[Outcome], None] | None = None) -> dict:
+def run_suite(cfg: SuiteConfig,
+              on_program: Callable[[Outcome | None, int], None] | None = None) -> dict:
     """Run (or resume) a suite; returns the summary (also written to summary.json)."""
     from replayverify.verifier.report import write_outputs
 
     start = time.perf_counter()
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
-    done, stats = _prepare(cfg, ids)
+    last, stats = _prepare(cfg)
+    done = last["done"]
     workers = cfg.workers or os.cpu_count() or 1
     jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
-    records_path = cfg.out / "records.jsonl"
-    stats_path = cfg.out / "programs.jsonl"
-    progress_path = cfg.out / "progress.json"
-    progress = json.loads(progress_path.read_text())
-    with open(records_path, "ab") as rec_fh, open(stats_path, "ab") as stat_fh:
+    if on_program is not None and done:
+        on_program(None, done)
+    with open(cfg.out / "records.jsonl", "ab") as rec_fh, \
+            open(cfg.out / "programs.jsonl", "ab") as stat_fh, \
+            open(cfg.out / "progress.jsonl", "a", encoding="utf-8") as prog_fh:
         for outcome in _map(jobs, workers):
-            block = "".join(r.to_json() + "\n" for r in outcome.records).encode()
-            rec_fh.write(block)
+            rec_fh.write("".join(r.to_json() + "\n" for r in outcome.records).encode())
             rec_fh.flush()
             line = {"program": outcome.pid, **outcome.stats}
             stat_fh.write((json.dumps(line, sort_keys=True) + "\n").encode())
             stat_fh.flush()
             stats.append(line)
             done += 1
-            progress.update(done=done, records_bytes=rec_fh.tell(), stats_bytes=stat_fh.tell())
-            _write_atomic(progress_path, json.dumps(progress))
+            prog_fh.write(json.dumps({"done": done, "records_bytes": rec_fh.tell(),
+                                      "stats_bytes": stat_fh.tell()}) + "\n")
+            prog_fh.flush()
             if on_program is not None:
-                on_program(outcome)
-    records = read_records(records_path)
+                on_program(outcome, 1)
+    records = read_records(cfg.out / "records.jsonl")
     return write_outputs(cfg, records, stats, time.perf_counter() - start)
 
 

@@ -74,7 +74,9 @@ def check(
     """
     from replayverify.verifier.check import check_program
 
-    return check_program(as_program(program), program_id=program_id, engines=engines,
+    # check_program hands ``engines`` to engine_records, which takes names or objects.
+    return check_program(as_program(program), program_id=program_id,
+                         engines=engines,  # type: ignore[arg-type]
                          checks=checks, mutants=mutants)
 
 

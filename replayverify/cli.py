@@ -348,6 +348,28 @@ def replay(program_id: str, as_json: bool, engine: str | None, mutants: bool,
     sys.exit(0 if run_is_clean(records) else 1)
 
 
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Write the card here instead of printing it.")
+@max_bytes_option
+def profile(file: str, out: str | None, max_bytes: int) -> None:
+    """Derive a planner profile card for FILE from the engines' accounting.
+
+    Per segment, eager / whole / region costs: retained and temporary bytes (exact)
+    and replayed ops as time. Plan with `replayverify plan CARD --budget B`, then verify
+    the plan with `replayverify check FILE --policy ...`.
+    """
+    from replayverify.engines.profile import profile_card
+
+    card = json.dumps(profile_card(load_or_exit(file, max_bytes)), indent=2)
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(card + "\n")
+    else:
+        click.echo(card)
+
+
 main.add_command(gpu_group)
 
 if __name__ == "__main__":

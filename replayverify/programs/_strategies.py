@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
-from replayverify.programs.generate import Limits, _acceptable
+from replayverify.programs.generate import Limits, judgeable
 from replayverify.programs.model import (
     DTYPES,
     FLOAT_DTYPES,
@@ -469,7 +469,7 @@ def _programs(draw, *, min_ops: int, max_ops: int, max_elements: int, dtypes: tu
     )
     # Like the suite's generators, refuse what no check can judge: a stale operand that
     # moves the gradient by less than the SPEC tolerance (about 3 programs in 100).
-    assume(_acceptable(program, _JUDGEABLE))
+    assume(judgeable(program, _JUDGEABLE))
     return program
 
 

@@ -324,7 +324,7 @@ def _seed_words(seed: int, index: int, family: str, attempt: int) -> list[int]:
             attempt]
 
 
-def _acceptable(program: Program, limits: Limits) -> bool:
+def judgeable(program: Program, limits: Limits) -> bool:
     """Refuse draws whose numbers the checks cannot judge: non-finite gradients (where the
     family wants finite ones), and final-storage hazards that change the gradient by
     less than the SPEC §5 tolerance (a control nobody could detect)."""
@@ -361,7 +361,7 @@ def generate_with_attempts(seed: int, index: int, family: str = "default",
     for attempt in range(MAX_ATTEMPTS):
         b = _Builder(np.random.default_rng(_seed_words(seed, index, family, attempt)))
         program = fam.build(b, lim, f"s{seed}/{family}/{index:06d}")
-        if program is not None and _acceptable(program, lim):
+        if program is not None and judgeable(program, lim):
             return Generated(program, attempt + 1)
     raise RuntimeError(f"family {family!r} produced no acceptable program for "
                        f"seed {seed} index {index} in {MAX_ATTEMPTS} attempts")

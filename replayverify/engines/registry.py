@@ -57,6 +57,11 @@ _BUILTIN = frozenset(_REGISTRY)
 _RESOLVED: dict[str, Engine] = {}
 
 
+def _not_an_engine(what: object) -> str:
+    return f"{what!r} is not an engine: it needs a name and a run(program, *, admission=None) " \
+        "method"
+
+
 def register(name: str, engine: Engine) -> Engine:
     """Make ``engine`` available as ``name``. Refuses a taken name or a non-engine."""
     if not isinstance(name, str) or not name:
@@ -64,8 +69,7 @@ def register(name: str, engine: Engine) -> Engine:
     if name in _REGISTRY:
         raise ValueError(f"an engine named {name!r} is already registered")
     if not isinstance(engine, Engine):
-        raise TypeError(f"{engine!r} is not an engine: it needs a name and a "
-                        "run(program, *, admission=None) method")
+        raise TypeError(_not_an_engine(engine))
     _REGISTRY[name] = engine
     return engine
 
@@ -103,8 +107,7 @@ def resolve(spec: str) -> str:
     if not isinstance(obj, Engine) and callable(obj):
         obj = obj()
     if not isinstance(obj, Engine):
-        raise ValueError(f"{spec!r} is not an engine: it needs a name and a "
-                         "run(program, *, admission=None) method")
+        raise ValueError(_not_an_engine(spec))
     _RESOLVED[spec] = obj
     return spec
 

@@ -76,7 +76,7 @@ def check(
 
     # check_program hands ``engines`` to engine_records, which takes names or objects.
     return check_program(as_program(program), program_id=program_id,
-                         engines=engines,  # type: ignore[arg-type]
+                         engines=engines,
                          checks=checks, mutants=mutants)
 
 

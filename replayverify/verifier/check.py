@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from replayverify.engines.base import Engine
 from replayverify.programs.interpreter import Execution, execute
 from replayverify.programs.model import Program
 from replayverify.verifier.bytes_check import check_bytes
@@ -87,7 +88,7 @@ def check_execution(
     ex: Execution,
     *,
     program_id: str | None = None,
-    engines: Sequence[str] | None = None,
+    engines: Sequence[str | Engine] | None = None,
     checks: Iterable[str] | None = None,
     mutants: bool = False,
 ) -> list[Record]:
@@ -165,7 +166,7 @@ def check_program(
     program: Program,
     *,
     program_id: str | None = None,
-    engines: Sequence[str] | None = None,
+    engines: Sequence[str | Engine] | None = None,
     checks: Iterable[str] | None = None,
     mutants: bool = False,
 ) -> list[Record]:

@@ -124,3 +124,26 @@ def test_junit_and_report_are_written(tmp_path):
     assert "## Checks by engine" in report and "## What was generated" in report
     gen = s["generated"]
     assert sum(gen["families"].values()) == 4 and gen["ops"]
+
+
+def test_a_program_that_raises_or_times_out_becomes_an_error_record(tmp_path, monkeypatch):
+    import replayverify.verifier.check as check_mod
+
+    real = check_mod.check_program
+
+    def flaky(program, **kw):
+        if program.name.endswith("000001"):
+            raise RuntimeError("boom")
+        if program.name.endswith("000002"):
+            time.sleep(5)
+        return real(program, **kw)
+
+    monkeypatch.setattr(check_mod, "check_program", flaky)
+    s = run_suite(SuiteConfig(programs=4, seed=0, workers=1, out=tmp_path, timeout=0.5,
+                              shrink=False))
+    recs = read_records(tmp_path / "records.jsonl")
+    errors = {r.program: r.detail for r in recs if r.outcome == "error"}
+    assert errors == {"s0/bytes/000001": "RuntimeError: boom",
+                      "s0/alias/000002": "timed out after 0.5 s"}
+    assert s["verdict"] == "failing"
+    assert {r.program for r in recs} == {str(p) for p in suite_ids(4, 0)}  # the run went on

@@ -147,3 +147,19 @@ def test_a_program_that_raises_or_times_out_becomes_an_error_record(tmp_path, mo
                       "s0/alias/000002": "timed out after 0.5 s"}
     assert s["verdict"] == "failing"
     assert {r.program for r in recs} == {str(p) for p in suite_ids(4, 0)}  # the run went on
+
+
+def test_replay_rebuilds_and_checks_any_id(tmp_path):
+    from click.testing import CliRunner
+
+    from replayverify.cli import main
+
+    runner = CliRunner()
+    for pid in ("s0/complex/000003", "s7/alias/000123", "s2/default/000005"):
+        res = runner.invoke(main, ["replay", pid, "--json", "--save", str(tmp_path / "p.json")])
+        assert res.exit_code == 0, res.output
+        lines = [json.loads(x) for x in res.output.splitlines()]
+        assert {r["program"] for r in lines} == {pid}
+        assert load_program(tmp_path / "p.json") == ProgramId.parse(pid).build()[0]
+    bad = runner.invoke(main, ["replay", "s0/nope/1"])
+    assert bad.exit_code == 2 and "unknown family" in bad.output

@@ -24,6 +24,12 @@ while replaying a segment, a saved copy of the visible state, and the larger of 
 two representations a guarded segment holds until it chooses); ``replayed_ops``
 counts ops re-executed during backward. The adjoint arrays are common to every
 engine and not counted.
+
+Array module: ``run_strategies(..., xp=cupy)`` keeps the buffers, everything retained
+(copies, journals, anchors, recorded draws), the replays and the adjoints as ``xp``
+arrays; the reverse rules run there too. Random draws are computed on the host by the
+CPU Philox and moved to ``xp``. What the result reports is host data: snapshots are
+bytes, the gradient a NumPy array. ``xp=None`` is NumPy, the specification.
 """
 
 from __future__ import annotations
@@ -31,10 +37,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from replayverify.programs.arrays import array_namespace, scatter_add, to_host
 from replayverify.programs.interpreter import (
     FORWARD,
     REVERSE,
@@ -88,7 +96,8 @@ class Engine(Protocol):
     def run(self, program: Program, *, admission: Admission | None = None) -> EngineResult:
         """Forward, backward through the engine's own recovery; report the result.
 
-        ``admission`` is the program's derivative admission (computed when None).
+        ``admission`` is the program's derivative admission (computed when None). The
+        built-in engines also take ``xp``, the array module to run on (default NumPy).
         """
         ...
 
@@ -126,6 +135,8 @@ class Tape:
     temp_now: int = 0
     temp_peak: int = 0
     replayed_ops: int = 0
+
+    xp: ModuleType = np  # the array module of everything retained
 
     def __post_init__(self) -> None:
         n = len(self.program.segments)
@@ -179,9 +190,10 @@ class Tape:
         return len(self.bounds)
 
 
-def gather_view(buffers: Mapping[str, np.ndarray], layout: ViewLayout) -> np.ndarray:
-    """A view's values read from ``buffers`` (any mapping of uint8 arrays)."""
-    raw = buffers[layout.view.buffer][layout.byte_index]
+def gather_view(buffers: Mapping[str, Any], layout: ViewLayout) -> Any:
+    """A view's values read from ``buffers`` (any mapping of uint8 arrays of one module)."""
+    buf = buffers[layout.view.buffer]
+    raw = buf[layout.index(array_namespace(buf))]
     return raw.view(layout.dtype).reshape(layout.view.shape)
 
 
@@ -312,17 +324,19 @@ def _forward(tape: Tape, state: State) -> None:
         st.end(tape, s, state)
 
 
-def _back_op(tape: Tape, adj: dict[str, np.ndarray], k: int, rec: Recovered) -> None:
+def _back_op(tape: Tape, adj: dict[str, Any], k: int, rec: Recovered) -> None:
     """vbar_p(k) += vbar_k * f_k'(v_p(k)) on storage slots, for op ``k``."""
+    xp = tape.xp
     op = tape.program.ops[k]
     dst = tape.lay[op.dst]
     where = None
     if op.kind is OpKind.SCATTER:
         where = scatter_winners(rec.operands["index"], dst.size)[0]
-    slots = dst.starts if where is None else dst.starts[where]
+    starts = dst.starts if xp is np else dst.starts_in(xp)
+    slots = starts if where is None else starts[where]
     a = adj[dst.view.buffer]
     g = a[slots]
-    a[dst.bytes_of(where)] = 0.0
+    a[dst.bytes_of(where, xp)] = 0.0
     rule = REVERSE[op.kind]
     if rule is None or not dst.view.is_float or g.size == 0:
         return
@@ -331,31 +345,41 @@ def _back_op(tape: Tape, adj: dict[str, np.ndarray], k: int, rec: Recovered) -> 
                         g)
     for f, c in contribs.items():
         src = tape.lay[getattr(op, f)]
-        np.add.at(adj[src.view.buffer], src.starts, c)
+        if xp is np:
+            np.add.at(adj[src.view.buffer], src.starts, c)
+        else:
+            scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 
 
 def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
-                   admission: Admission | None = None) -> EngineResult:
-    """Run ``program`` preserving segment s with ``strategies[s]``; see the module doc."""
+                   admission: Admission | None = None, xp: ModuleType | None = None
+                   ) -> EngineResult:
+    """Run ``program`` preserving segment s with ``strategies[s]``; see the module doc.
+
+    ``xp``: the array module to run on (None: NumPy). Admission, when not given, comes
+    from the NumPy interpreter.
+    """
+    xp = np if xp is None else xp
     strategies = tuple(strategies)
     if len(strategies) != len(program.segments):
         raise ValueError(f"{len(strategies)} strategies for a program with "
                          f"{len(program.segments)} segments")
     if admission is None:
         admission = execute(program, record_boundaries=False).admission
-    tape = Tape(program, strategies)
-    state = initial_state(program)
+    tape = Tape(program, strategies, xp=xp)
+    state = initial_state(program, xp)
     _forward(tape, state)
     forward = state.snapshot()
     retained = sum(tape.retained)
     seg_retained = tuple(tape.retained)
 
     lay = tape.lay
-    adj = {b.name: np.zeros(b.nbytes, dtype=np.float64) for b in program.buffers}
+    adj = {b.name: xp.zeros(b.nbytes, dtype=xp.float64) for b in program.buffers}
     loss = lay[program.loss.view]
     if loss.view.is_float:
-        np.add.at(adj[loss.view.buffer], loss.starts,
-                  np.asarray(program.loss.weights, dtype=np.float64))
+        weights = np.asarray(program.loss.weights, dtype=np.float64)
+        scatter_add(xp, adj[loss.view.buffer], loss.starts_in(xp),
+                    weights if xp is np else xp.asarray(weights))
     replays: list[Snapshot | None] = [None] * len(tape.bounds)
     for s in reversed(range(len(tape.bounds))):
         rec = strategies[s].recover(tape, s, state)
@@ -368,8 +392,8 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
 
     gradient = None
     if admission.supported:
-        parts = [adj[lay[n].view.buffer][lay[n].starts] for n in program.inputs]
-        gradient = np.concatenate(parts) if parts else np.empty(0, np.float64)
+        parts = [adj[lay[n].view.buffer][lay[n].starts_in(xp)] for n in program.inputs]
+        gradient = to_host(xp.concatenate(parts)) if parts else np.empty(0, np.float64)
     return EngineResult(
         engine=name, gradient=gradient, reason="" if admission.supported else admission.reason,
         forward=forward, final=state.snapshot(), replays=tuple(replays),

@@ -98,8 +98,10 @@ class WholeMemcpyOverlap(Whole):
         dst, src = lay[op.dst], lay[op.x]
         x = state.read(src)
         sbuf, dbuf = state.buffers[src.view.buffer], state.buffers[dst.view.buffer]
+        xp = state.xp
         for i in range(dst.size):  # per element on purpose: this is the bug
-            dbuf[dst.bytes_of(np.array([i]))] = sbuf[src.bytes_of(np.array([i]))]
+            at = xp.asarray(np.array([i]))
+            dbuf[dst.bytes_of(at, xp)] = sbuf[src.bytes_of(at, xp)]
         return OpEvent(k, {"x": x}, state.read(dst).reshape(-1), None, None, state.rng)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from replayverify.engines.base import (
     load_buffers,
     run_strategies,
 )
+from replayverify.programs.arrays import array_namespace
 from replayverify.programs.interpreter import Admission, OpEvent, draw
 from replayverify.programs.model import Op, Program
 from replayverify.programs.state import State
@@ -41,7 +43,7 @@ def redraw(tape: Tape, k: int, rng) -> np.ndarray | None:
     if not op.spec.draws:
         return None
     dst = tape.lay[op.dst]
-    return draw(op, rng, dst.size, dst.dtype)[0]
+    return draw(op, rng, dst.size, dst.dtype, tape.xp)[0]
 
 
 # ---------------------------------------------------------------- eager
@@ -92,14 +94,14 @@ class ReadSet(Strategy):
         return read_fields(op)
 
     def capture(self, tape: Tape, s: int, k: int, state: State) -> None:
-        op = tape.program.ops[k]
-        per_buffer: dict[str, list[np.ndarray]] = {}
+        op, xp = tape.program.ops[k], tape.xp
+        per_buffer: dict[str, list[Any]] = {}
         for f in self.retained_fields(op):
             lay = tape.lay[getattr(op, f)]
-            per_buffer.setdefault(lay.view.buffer, []).append(lay.byte_index)
+            per_buffer.setdefault(lay.view.buffer, []).append(lay.index(xp))
         kept = {}
         for name, parts in per_buffer.items():
-            idx = np.unique(np.concatenate(parts))
+            idx = xp.unique(xp.concatenate(parts))
             kept[name] = (idx, state.buffers[name][idx])
         rng = state.rng if op.spec.draws else None
         nbytes = sum(int(v.nbytes) for _, v in kept.values()) + (RNG_BYTES if rng else 0)
@@ -119,7 +121,7 @@ class ReadSet(Strategy):
                 lay = tape.lay[getattr(op, f)]
                 if lay.view.buffer in kept and f in self.retained_fields(op):
                     idx, vals = kept[lay.view.buffer]
-                    raw = vals[np.searchsorted(idx, lay.byte_index)]
+                    raw = vals[tape.xp.searchsorted(idx, lay.index(tape.xp))]
                     operands[f] = raw.view(lay.dtype).reshape(lay.view.shape)
                 else:  # not retained: whatever the live storage holds now
                     operands[f] = state.read(lay)
@@ -173,9 +175,9 @@ class JournalEntry:
     """Old and new bytes of the regions one op overwrote, in one buffer."""
 
     buffer: str
-    index: np.ndarray  # byte indices of the journalled regions (region-major)
-    old: np.ndarray
-    new: np.ndarray
+    index: Any  # byte indices of the journalled regions (region-major), an xp array
+    old: Any
+    new: Any
     regions: int
 
     @property
@@ -183,11 +185,13 @@ class JournalEntry:
         return int(self.old.nbytes + self.new.nbytes) + INDEX_BYTES * self.regions
 
 
-def region_bytes(written: np.ndarray, granularity: int, nbytes: int) -> tuple[np.ndarray, int]:
+def region_bytes(written: Any, granularity: int, nbytes: int) -> tuple[Any, int]:
     """Byte indices of the aligned ``granularity``-byte regions holding ``written``
-    bytes (the buffer's last region may be a short tail), and the region count."""
-    ids = np.unique(written // granularity)
-    idx = (ids[:, None] * granularity + np.arange(granularity, dtype=np.int64)).reshape(-1)
+    bytes (the buffer's last region may be a short tail), and the region count; arrays
+    of ``written``'s module."""
+    xp = array_namespace(written)
+    ids = xp.unique(written // granularity)
+    idx = (ids[:, None] * granularity + xp.arange(granularity, dtype=xp.int64)).reshape(-1)
     return idx[idx < nbytes], int(ids.size)
 
 
@@ -221,7 +225,7 @@ class Region(Strategy):
         dst = tape.lay[tape.program.ops[k].dst]
         buf = state.buffers[dst.view.buffer]
         g = self.granularity or dst.dtype.itemsize
-        idx, _ = region_bytes(dst.byte_index, g, buf.size)
+        idx, _ = region_bytes(dst.index(tape.xp), g, buf.size)
         return idx, buf[idx]  # old bytes of every region the op may write
 
     def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent,
@@ -232,11 +236,12 @@ class Region(Strategy):
         buf = state.buffers[dst.view.buffer]
         g = self.granularity or dst.dtype.itemsize
         idx, old = pending
+        xp = tape.xp
         if ev.where is not None:  # a scatter: keep only the regions it actually wrote
-            written, _ = region_bytes(dst.bytes_of(ev.where), g, buf.size)
-            keep = np.isin(idx, written)
+            written, _ = region_bytes(dst.bytes_of(ev.where, xp), g, buf.size)
+            keep = xp.isin(idx, written)
             idx, old = idx[keep], old[keep]
-        regions = int(np.unique(idx // g).size)
+        regions = int(xp.unique(idx // g).size)
         entry = JournalEntry(dst.view.buffer, idx, old, buf[idx], regions)
         tape.keep(s, ("journal", k), entry, entry.nbytes)
 
@@ -336,9 +341,11 @@ class StrategyEngine:
     name: str
     strategy: Strategy
 
-    def run(self, program: Program, *, admission: Admission | None = None) -> EngineResult:
+    def run(self, program: Program, *, admission: Admission | None = None,
+            xp: ModuleType | None = None) -> EngineResult:
+        """Run on ``xp`` arrays (None: NumPy); see :func:`run_strategies`."""
         strategies = (self.strategy,) * len(program.segments)
-        return run_strategies(self.name, program, strategies, admission)
+        return run_strategies(self.name, program, strategies, admission, xp)
 
 
 def parse_policy(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -370,13 +377,16 @@ class PolicyEngine:
             raise ValueError(f"the policy has {len(self.policy)} entries but the program "
                              f"has {len(program.segments)} segments (one entry per segment)")
 
-    def run(self, program: Program, *, admission: Admission | None = None) -> EngineResult:
+    def run(self, program: Program, *, admission: Admission | None = None,
+            xp: ModuleType | None = None) -> EngineResult:
+        """Run on ``xp`` arrays (None: NumPy); see :func:`run_strategies`."""
         self.check_segments(program)
         strategies = tuple(POLICY_STRATEGIES[p] for p in self.policy)
-        return run_strategies(self.name, program, strategies, admission)
+        return run_strategies(self.name, program, strategies, admission, xp)
 
 
 def run_policy(program: Program, policy: str | Sequence[str],
-               admission: Admission | None = None) -> EngineResult:
+               admission: Admission | None = None,
+               xp: ModuleType | None = None) -> EngineResult:
     """Run ``program`` under a per-segment policy such as "eager,region,whole"."""
-    return PolicyEngine(tuple(parse_policy(policy))).run(program, admission=admission)
+    return PolicyEngine(tuple(parse_policy(policy))).run(program, admission=admission, xp=xp)

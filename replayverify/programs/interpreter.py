@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 
 import numpy as np
 
+from replayverify.programs.arrays import array_namespace, scatter_add
 from replayverify.programs.model import DTYPES, Op, OpKind, Program
 from replayverify.programs.philox import RngState, keep_mask, normals, uniforms, words
 from replayverify.programs.state import Snapshot, State, ViewLayout, initial_state, layouts
@@ -24,7 +26,9 @@ from replayverify.programs.state import Snapshot, State, ViewLayout, initial_sta
 # A forward rule maps (op, operands, draws, dtype) to (values, where): ``values`` are
 # the new dst elements (flat, dst dtype) at flat positions ``where`` (None: all, in
 # order). Coefficients are first converted to the view's dtype, and every formula is
-# evaluated left to right with numpy ufuncs exactly as SPEC §2 writes it.
+# evaluated left to right with numpy ufuncs exactly as SPEC §2 writes it. Rules take the
+# ufuncs from the operands' array module (``array_namespace``), so they run unchanged on
+# CuPy arrays; on NumPy they are NumPy's.
 
 Operands = dict[str, np.ndarray]
 ForwardRule = Callable[[Op, Operands, "np.ndarray | None", np.dtype], tuple]
@@ -40,17 +44,36 @@ def _axpby(op, o, d, t):
 
 def _gather(op, o, d, t):
     x = o["x"].reshape(-1)
-    return x[np.mod(o["index"].reshape(-1), x.size)], None
+    return x[array_namespace(x).mod(o["index"].reshape(-1), x.size)], None
 
 
-def scatter_winners(index: np.ndarray, n: int, last_wins: bool = True):
-    """(positions, sources): for each dst position hit, the j that wins (the last by SPEC)."""
+def scatter_winners(index, n: int, last_wins: bool = True):
+    """(positions, sources): for each dst position hit, the j that wins (the last by SPEC).
+
+    Positions are ascending. On NumPy, ``np.unique`` (first occurrence, stable); on other
+    array modules a sort of the unique keys ``pos * m + j``, which needs no stable sort.
+    """
+    xp = array_namespace(index)
+    if xp is not np:
+        return _scatter_winners_sorted(xp, index, n, last_wins)
     pos = np.mod(index.reshape(-1).astype(np.int64), n)
     if last_wins:
         uniq, first_rev = np.unique(pos[::-1], return_index=True)
         return uniq, pos.size - 1 - first_rev
     uniq, first = np.unique(pos, return_index=True)
     return uniq, first
+
+
+def _scatter_winners_sorted(xp: ModuleType, index, n: int, last_wins: bool):
+    pos = xp.mod(index.reshape(-1).astype(xp.int64), n)
+    m = pos.size
+    key = xp.sort(pos * m + xp.arange(m, dtype=xp.int64))  # unique keys: (position, j)
+    p, j = key // m, key % m
+    if last_wins:  # the last j of each run of equal positions
+        ends = xp.concatenate([p[1:] != p[:-1], xp.ones(1, dtype=bool)])
+    else:  # the first j of each run
+        ends = xp.concatenate([xp.ones(1, dtype=bool), p[1:] != p[:-1]])
+    return p[ends], j[ends]
 
 
 def _scatter(op, o, d, t):
@@ -61,8 +84,10 @@ def _scatter(op, o, d, t):
 FORWARD: dict[OpKind, ForwardRule] = {
     OpKind.AXPBY: _axpby,
     OpKind.MUL: lambda op, o, d, t: (o["x"] * o["y"], None),
-    OpKind.TANH: lambda op, o, d, t: (np.tanh(_c(op, "a", t) * o["x"]), None),
-    OpKind.SIN: lambda op, o, d, t: (np.sin(_c(op, "a", t) * o["x"]), None),
+    OpKind.TANH: lambda op, o, d, t: (array_namespace(o["x"]).tanh(_c(op, "a", t) * o["x"]),
+                                      None),
+    OpKind.SIN: lambda op, o, d, t: (array_namespace(o["x"]).sin(_c(op, "a", t) * o["x"]),
+                                     None),
     OpKind.COPY: lambda op, o, d, t: (o["x"].copy(), None),
     OpKind.NOISE: lambda op, o, d, t: (o["x"] + _c(op, "sigma", t) * d.reshape(o["x"].shape),
                                        None),
@@ -76,14 +101,19 @@ FORWARD: dict[OpKind, ForwardRule] = {
 }
 
 
-def draw(op: Op, rng: RngState, n: int, dtype: np.dtype) -> tuple[np.ndarray, RngState]:
-    """The random values op consumes from ``rng``: z cast to dtype (noise) or the mask."""
+def draw(op: Op, rng: RngState, n: int, dtype: np.dtype,
+         xp: ModuleType = np) -> tuple[np.ndarray, RngState]:
+    """The random values op consumes from ``rng``: z cast to dtype (noise) or the mask.
+
+    Computed on the host by the CPU Philox, then moved to ``xp``: every array module sees
+    the same bits (words, uniforms, masks and also the normals).
+    """
     u1, u2 = uniforms(words(rng, n))
     if op.kind is OpKind.NOISE:
         values = normals(u1, u2).astype(dtype)
     else:
         values = keep_mask(u1, dtype.type(op.keep), dtype)
-    return values, rng.advanced(n)
+    return (values if xp is np else xp.asarray(values)), rng.advanced(n)
 
 
 @dataclass
@@ -109,7 +139,8 @@ def execute_op(
     """Run op ``k`` on ``state`` in place: gather, compute, scatter (memmove semantics).
 
     ``draws`` replays recorded random values instead of drawing; the generator is
-    advanced by the op's element count either way, so bytes and R stay exact.
+    advanced by the op's element count either way, so bytes and R stay exact. Runs on
+    the state's array module: operands, values and draws are ``state.xp`` arrays.
     """
     op = program.ops[k]
     lay = layouts(program)
@@ -120,11 +151,11 @@ def execute_op(
         operands["dst_size"] = dst.size  # type: ignore[assignment]
     rng_before = state.rng
     if op.spec.draws:
-        fresh, state.rng = draw(op, state.rng, dst.size, dst.dtype)
+        fresh, state.rng = draw(op, state.rng, dst.size, dst.dtype, state.xp)
         draws = fresh if draws is None else draws
     with np.errstate(over="ignore", invalid="ignore"):
         values, where = forward[op.kind](op, operands, draws, dst.dtype)
-    values = np.asarray(values).astype(dst.dtype, copy=False).reshape(-1)
+    values = state.xp.asarray(values).astype(dst.dtype, copy=False).reshape(-1)
     state.write(dst, values, where)
     operands.pop("dst_size", None)
     return OpEvent(k, operands, values, where, draws, rng_before)
@@ -150,7 +181,8 @@ def loss_of(program: Program, state: State) -> float:
 #
 # A reverse rule maps (op, record, gbar) to {source field: contribution per source
 # element} with gbar the adjoints of the written elements (at ``record.where``).
-# Derivatives are evaluated in float64 from the recorded operand values.
+# Derivatives are evaluated in float64 from the recorded operand values, with the ufuncs
+# of their array module (the engines run these rules on CuPy arrays too).
 
 ReverseRule = Callable[[Op, "OpRecord", np.ndarray], dict]
 
@@ -160,17 +192,19 @@ def _f64(op: Op, name: str, dtype: np.dtype) -> float:
 
 
 def _rev_gather(op, rec, g):
+    xp = array_namespace(g)
     n = rec.operands["x"].size
-    dx = np.zeros(n, dtype=g.dtype)
-    np.add.at(dx, np.mod(rec.operands["index"].reshape(-1).astype(np.int64), n), g)
+    dx = xp.zeros(n, dtype=g.dtype)
+    scatter_add(xp, dx, xp.mod(rec.operands["index"].reshape(-1).astype(xp.int64), n), g)
     return {"x": dx}
 
 
 def _rev_scatter(op, rec, g):
-    g_dst = np.zeros(rec.dst_size, dtype=g.dtype)
+    xp = array_namespace(g)
+    g_dst = xp.zeros(rec.dst_size, dtype=g.dtype)
     g_dst[rec.where] = g
     where, src = scatter_winners(rec.operands["index"], rec.dst_size)
-    dx = np.zeros(rec.operands["x"].size, dtype=g.dtype)
+    dx = xp.zeros(rec.operands["x"].size, dtype=g.dtype)
     dx[src] = g_dst[where]
     return {"x": dx}
 
@@ -186,9 +220,10 @@ REVERSE: dict[OpKind, ReverseRule | None] = {
                                     "y": g * _x(rec)},
     OpKind.TANH: lambda op, rec, g: {
         "x": g * _f64(op, "a", rec.dtype)
-        * (1.0 - np.tanh(_f64(op, "a", rec.dtype) * _x(rec)) ** 2)},
+        * (1.0 - array_namespace(g).tanh(_f64(op, "a", rec.dtype) * _x(rec)) ** 2)},
     OpKind.SIN: lambda op, rec, g: {
-        "x": g * _f64(op, "a", rec.dtype) * np.cos(_f64(op, "a", rec.dtype) * _x(rec))},
+        "x": g * _f64(op, "a", rec.dtype)
+        * array_namespace(g).cos(_f64(op, "a", rec.dtype) * _x(rec))},
     OpKind.COPY: lambda op, rec, g: {"x": g},
     OpKind.NOISE: lambda op, rec, g: {"x": g},
     OpKind.DROPOUT: lambda op, rec, g: {

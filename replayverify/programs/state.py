@@ -2,16 +2,21 @@
 
 Every op gathers its operands into contiguous arrays and scatters its results, so
 reads and writes go through byte-index arrays computed once per view. The same code
-runs on any array module ``xp`` that supports integer indexing and ``.view(dtype)``.
+runs on any array module ``xp`` that supports integer indexing and ``.view(dtype)``
+(NumPy, CuPy): a :class:`State` holds its buffers as ``xp`` arrays, and a layout copies
+its index arrays to ``xp`` once. Snapshots are always host bytes.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from replayverify.programs.arrays import to_host
 from replayverify.programs.model import DTYPES, Program, View, view_bytes
 from replayverify.programs.philox import RngState
 
@@ -24,17 +29,36 @@ class ViewLayout:
     dtype: np.dtype
     starts: np.ndarray  # first byte of each element, row-major (int64)
     byte_index: np.ndarray  # every byte of every element, element-major (int64)
+    # copies of ``starts`` and ``byte_index`` in other array modules, made on first use
+    _on: dict[tuple[str, str], Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def size(self) -> int:
         return self.view.size
 
-    def bytes_of(self, where: np.ndarray | None) -> np.ndarray:
-        """Byte indices of the elements at flat positions ``where`` (all when None)."""
+    def _copy_on(self, xp: ModuleType, name: str) -> Any:
+        key = (xp.__name__, name)
+        arr = self._on.get(key)
+        if arr is None:
+            arr = self._on[key] = xp.asarray(getattr(self, name))
+        return arr
+
+    def index(self, xp: ModuleType = np) -> Any:
+        """``byte_index`` as an ``xp`` array (copied to the device once, then reused)."""
+        return self.byte_index if xp is np else self._copy_on(xp, "byte_index")
+
+    def starts_in(self, xp: ModuleType = np) -> Any:
+        """``starts`` as an ``xp`` array (copied to the device once, then reused)."""
+        return self.starts if xp is np else self._copy_on(xp, "starts")
+
+    def bytes_of(self, where: Any, xp: ModuleType = np) -> Any:
+        """Byte indices of the elements at flat positions ``where`` (all when None), as an
+        ``xp`` array (``where`` must then be one too)."""
         if where is None:
-            return self.byte_index
+            return self.index(xp)
         item = self.dtype.itemsize
-        return (self.starts[where][:, None] + np.arange(item, dtype=np.int64)).reshape(-1)
+        starts = self.starts_in(xp)[where]
+        return (starts[:, None] + xp.arange(item, dtype=xp.int64)).reshape(-1)
 
 
 _LAYOUTS: OrderedDict[int, tuple[Program, dict[str, ViewLayout]]] = OrderedDict()
@@ -72,28 +96,35 @@ def _compute_layouts(program: Program) -> dict[str, ViewLayout]:
 
 @dataclass
 class State:
-    """Mutable (B, R): one uint8 array per buffer and the Philox state."""
+    """Mutable (B, R): one uint8 array per buffer (of the array module ``xp``) and the
+    Philox state."""
 
-    buffers: dict[str, np.ndarray]
+    buffers: dict[str, Any]
     rng: RngState
+    xp: ModuleType = field(default=np, compare=False, repr=False)
 
     def copy(self) -> State:
-        return State({k: v.copy() for k, v in self.buffers.items()}, self.rng)
+        return State({k: v.copy() for k, v in self.buffers.items()}, self.rng, self.xp)
 
     def snapshot(self) -> Snapshot:
-        return Snapshot({k: bytes(np.asarray(v).tobytes()) for k, v in self.buffers.items()},
+        """The host bytes of every buffer (copied from the device when ``xp`` is not NumPy)."""
+        return Snapshot({k: bytes(to_host(v).tobytes()) for k, v in self.buffers.items()},
                         self.rng)
 
-    def read(self, layout: ViewLayout) -> np.ndarray:
+    def read(self, layout: ViewLayout) -> Any:
         """Gather a view's values into a fresh contiguous array of its shape."""
         buf = self.buffers[layout.view.buffer]
-        return buf[layout.byte_index].view(layout.dtype).reshape(layout.view.shape)
+        idx = layout.byte_index if self.xp is np else layout.index(self.xp)
+        return buf[idx].view(layout.dtype).reshape(layout.view.shape)
 
-    def write(self, layout: ViewLayout, values, where: np.ndarray | None = None) -> None:
+    def write(self, layout: ViewLayout, values, where: Any = None) -> None:
         """Scatter ``values`` (flat, in the view's dtype) to the view's elements ``where``."""
         buf = self.buffers[layout.view.buffer]
         raw = values.astype(layout.dtype, copy=False).reshape(-1)
-        buf[layout.bytes_of(where)] = raw.view(np.uint8)
+        if where is None and self.xp is np:
+            buf[layout.byte_index] = raw.view(np.uint8)
+        else:
+            buf[layout.bytes_of(where, self.xp)] = raw.view(np.uint8)
 
     def matches(self, snap: Snapshot) -> bool:
         return self.snapshot() == snap
@@ -106,11 +137,14 @@ class Snapshot:
     buffers: dict[str, bytes]
     rng: RngState
 
-    def state(self) -> State:
-        return State(
-            {k: np.frombuffer(v, dtype=np.uint8).copy() for k, v in self.buffers.items()},
-            self.rng,
-        )
+    def state(self, xp: ModuleType = np) -> State:
+        """A mutable copy, its buffers as ``xp`` arrays."""
+        if xp is np:
+            bufs = {k: np.frombuffer(v, dtype=np.uint8).copy() for k, v in self.buffers.items()}
+        else:
+            bufs = {k: xp.asarray(np.frombuffer(v, dtype=np.uint8))
+                    for k, v in self.buffers.items()}
+        return State(bufs, self.rng, xp)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Snapshot):
@@ -137,12 +171,16 @@ class Snapshot:
         return out
 
 
-def initial_state(program: Program) -> State:
-    """Zeroed buffers, then ``init`` applied in order, and the program's generator state."""
-    bufs = {b.name: np.zeros(b.nbytes, dtype=np.uint8) for b in program.buffers}
-    state = State(bufs, RngState(program.rng.key, program.rng.counter))
+def initial_state(program: Program, xp: ModuleType = np) -> State:
+    """Zeroed buffers, then ``init`` applied in order, and the program's generator state.
+
+    The buffers are ``xp`` arrays; init values are converted on the host, then moved.
+    """
+    bufs = {b.name: xp.zeros(b.nbytes, dtype=xp.uint8) for b in program.buffers}
+    state = State(bufs, RngState(program.rng.key, program.rng.counter), xp)
     lay = layouts(program)
     for e in program.init:
         layout = lay[e.view]
-        state.write(layout, np.asarray(e.values).astype(layout.dtype))
+        values = np.asarray(e.values).astype(layout.dtype)
+        state.write(layout, values if xp is np else xp.asarray(values))
     return state

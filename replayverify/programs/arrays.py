@@ -1,0 +1,61 @@
+"""Array-module helpers: the same code runs on NumPy and on CuPy (the array module ``xp``).
+
+Following array-api-compat, shared code takes the array module as a parameter or finds it
+from its arrays with :func:`array_namespace`, which never imports CuPy: a CuPy array can only
+exist once CuPy is imported. NumPy stays the specification; on NumPy every helper is the
+plain NumPy call, so the NumPy path is unchanged. Device arrays are never converted
+implicitly: :func:`to_host` is the one explicit transfer back (``.get()``).
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+
+def array_namespace(a: Any) -> ModuleType:
+    """The array module of ``a``: NumPy, CuPy, or what ``a.__array_namespace__()`` names."""
+    if type(a) is np.ndarray or isinstance(a, (np.ndarray, np.generic)):
+        return np
+    module = type(a).__module__
+    if module == "cupy" or module.startswith("cupy."):
+        return sys.modules["cupy"]
+    get = getattr(a, "__array_namespace__", None)
+    if get is None:
+        raise TypeError(f"{type(a).__name__} is not an array of a known array module")
+    return get()
+
+
+def is_numpy(xp: ModuleType) -> bool:
+    return xp is np
+
+
+def to_host(a: Any) -> np.ndarray:
+    """``a`` as a NumPy array: itself on NumPy, a host copy (``a.get()``) of a device array."""
+    if isinstance(a, np.ndarray):
+        return a
+    return a.get()
+
+
+def to_xp(xp: ModuleType, a: np.ndarray) -> Any:
+    """A host array moved to ``xp`` (itself on NumPy)."""
+    return a if xp is np else xp.asarray(a)
+
+
+def scatter_add(xp: ModuleType, a: Any, index: Any, values: Any) -> None:
+    """``a[index] += values`` with repeated indices accumulating, in place (``np.add.at``).
+
+    CuPy's ``add.at`` is its scatter-add kernel (``cupyx.scatter_add``): atomic additions,
+    so with repeated indices the order of the float additions, and so the last bit of
+    the sums, may vary from run to run; NumPy adds in index order.
+    """
+    if xp is np:
+        np.add.at(a, index, values)
+        return
+    at = getattr(xp.add, "at", None)
+    if at is None:
+        raise TypeError(f"{xp.__name__}.add has no .at (scatter-add); CuPy has it from v13")
+    at(a, index, values)

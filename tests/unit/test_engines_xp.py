@@ -16,6 +16,7 @@ from replayverify import engines
 from replayverify.engines import PolicyEngine, Region, StrategyEngine, run_policy
 from replayverify.programs import execute, generate
 from replayverify.programs.arrays import array_namespace, to_host
+from replayverify.programs.interpreter import draw as interpreter_draw
 from replayverify.programs.interpreter import execute_op, scatter_winners
 from replayverify.programs.state import initial_state
 from tests.unit import fake_device as fd
@@ -145,3 +146,49 @@ def test_numpy_is_the_default():
     p = HAND["shift_up"]()
     assert_same(engines.get("region").run(p), engines.get("region").run(p, xp=np))
     assert all(type(b) is np.ndarray for b in initial_state(p).buffers.values())
+
+
+def test_engines_import_neither_the_gpu_package_nor_cupy():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, replayverify.engines, replayverify.verifier\n"
+            "from replayverify import engines\n"
+            "from tests.unit.engine_programs import HAND\n"
+            "engines.get('region').run(HAND['draws']())\n"
+            "bad = [m for m in sys.modules if m.startswith(('replayverify.gpu', 'cupy'))]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+
+
+def _np_gather(op, o, d, t):
+    x = o["x"].reshape(-1)
+    return x[np.mod(o["index"].reshape(-1), x.size)], None
+
+
+def _host_draw(op, rng, n, dtype, xp=np):
+    return interpreter_draw(op, rng, n, dtype)  # forgets to move the draws to xp
+
+
+@pytest.mark.parametrize("bug", ["np.add.at in backward", "np.mod in a rule", "host draws"])
+def test_a_numpy_only_call_in_the_engine_path_raises(bug, monkeypatch):
+    """The stand-in is what makes the tests above meaningful: a NumPy-only call raises."""
+    import replayverify.engines.base as base
+    import replayverify.engines.strategies as strategies
+    import replayverify.programs.interpreter as interpreter
+    from replayverify.programs.model import OpKind
+
+    program = HAND["gather_scatter"]()
+    if bug == "np.add.at in backward":
+        monkeypatch.setattr(base, "scatter_add", lambda xp, a, i, v: np.add.at(a, i, v))
+    elif bug == "np.mod in a rule":
+        monkeypatch.setitem(interpreter.FORWARD, OpKind.GATHER, _np_gather)
+    else:
+        program = HAND["draws"]()
+        monkeypatch.setattr(interpreter, "draw", _host_draw)
+        monkeypatch.setattr(strategies, "draw", _host_draw)
+    engine = engines.get("whole")
+    engine.run(program)  # fine on NumPy
+    with pytest.raises(TypeError):
+        engine.run(program, xp=fd)

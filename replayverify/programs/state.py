@@ -30,6 +30,7 @@ class ViewLayout:
     starts: np.ndarray  # first byte of each element, row-major (int64)
     byte_index: np.ndarray  # every byte of every element, element-major (int64)
     # copies of ``starts`` and ``byte_index`` in other array modules, made on first use
+    # (one per module: with CuPy, on the device current then; one device per process)
     _on: dict[tuple[str, str], Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -14,6 +14,7 @@ import click
 import numpy as np
 
 from replayverify.gpu.cli import gpu_group
+from replayverify.planner.cli import plan_command
 from replayverify.programs.format import load_program, program_sha256
 from replayverify.programs.model import DEFAULT_MAX_BYTES, Program, ProgramError
 
@@ -371,6 +372,7 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
 
 
 main.add_command(gpu_group)
+main.add_command(plan_command)
 
 if __name__ == "__main__":
     main()

@@ -258,26 +258,45 @@ class _Bound:
         self.seg, self.dr, self.dc = seg[order], dr[order].astype(np.int64), dc[order]
         self.slope = np.append(slope[order], 0.0)
         self.edges = np.searchsorted(band[order], np.arange(g_count + 1))
+        by_seg = np.argsort(self.seg, kind="stable")
+        self._by_seg = by_seg
+        self._seg_edges = np.searchsorted(self.seg[by_seg], np.arange(n + 1))
+        self._reset()
+
+    def _reset(self) -> None:
+        self._dr, self._dc, self._done = self.dr.copy(), self.dc.copy(), -1
 
     def evaluate(self, i: int, R: np.ndarray, Q: np.ndarray, room: int) -> np.ndarray:
-        """Bound on the time of segments after step i for each state (inf: cannot fit)."""
-        mask = self.seg > i
-        cum_r = np.concatenate(([0], np.cumsum(np.where(mask, self.dr, 0))))
-        cum_c = np.concatenate(([0.0], np.cumsum(np.where(mask, self.dc, 0.0))))
+        """Bound on the time of segments after step i for each state (inf: cannot fit).
+
+        Calls within one pass come with non-decreasing i: the edges of segments already
+        walked are zeroed in place rather than masked anew at every step.
+        """
+        if i < self._done:
+            self._reset()
+        if i > self._done:
+            gone = self._by_seg[self._seg_edges[self._done + 1] : self._seg_edges[i + 1]]
+            self._dr[gone], self._dc[gone] = 0, 0.0
+            self._done = i
+        # Bands a state can still reach form a suffix: higher bands admit more options.
         usable = np.flatnonzero((self.lack[:, i + 1] == 0) & (self.tops > Q.min()))
         if len(usable) == 0:
             return np.full(len(R), np.inf)
-        lo, hi = self.edges[usable], self.edges[usable + 1]
+        first = int(self.edges[usable[0]])
+        cum_r = np.concatenate(([0], np.cumsum(self._dr[first:])))
+        cum_c = np.concatenate(([0.0], np.cumsum(self._dc[first:])))
+        lo, hi = self.edges[usable] - first, self.edges[usable + 1] - first
         extra = (
             room - R[None, :] - np.maximum(Q[None, :], self.levels[usable, None])
             - self.r0[usable, i + 1, None]
         )  # fmt: skip
         k = np.empty(extra.shape, dtype=np.int64)
         for row, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
-            # number of this band's edges taken whole; masked-out edges add nothing
-            k[row] = a + np.searchsorted(cum_r[a + 1 : b + 1] - cum_r[a], extra[row], "right")
+            # number of this band's edges taken whole; edges already walked add nothing
+            k[row] = a + np.searchsorted(cum_r[a + 1 : b + 1], extra[row] + cum_r[a], "right")
         base_r, base_c = cum_r[lo, None], cum_c[lo, None]
-        part = np.where(k < hi[:, None], (extra - (cum_r[k] - base_r)) * self.slope[k], 0.0)
+        slope = self.slope[first:]
+        part = np.where(k < hi[:, None], (extra - (cum_r[k] - base_r)) * slope[k], 0.0)
         value = self.c0[usable, i + 1, None] + (cum_c[k] - base_c) + part
         ok = (extra >= 0) & (Q[None, :] < self.tops[usable, None])
         return np.where(ok, value, np.inf).min(axis=0)
@@ -356,6 +375,7 @@ class Problem:
         min_r = np.where(self.avail, costs.r, _QBIG).min(axis=1)
         self.r_after = np.concatenate((np.cumsum(min_r[::-1])[::-1], [0]))
         self.lp = _Bound(costs.r, costs.c, self.qc, self.avail)
+        self.lp_rough = _Bound(costs.r, costs.c, self.qc, self.avail, max_bands=4)
         total_c = float(np.where(costs.avail, costs.c, 0.0).max(axis=1).sum())
         self.tol = 16.0 * (self.n + 8) * _EPS * total_c
 
@@ -366,7 +386,9 @@ class Problem:
         zero = np.zeros(1, dtype=np.int64)
         return float(self.lp.evaluate(-1, zero, zero + self.q_floor, self.room)[0])
 
-    def run(self, *, max_frontier: int | None = None, upper: float | None = None) -> DPResult:
+    def run(
+        self, *, max_frontier: int | None = None, upper: float | None = None, rough: bool = False
+    ) -> DPResult:
         """One DP pass: least-time policy with peak <= budget (ties: least peak, then least
         retained bytes).
 
@@ -374,7 +396,7 @@ class Problem:
         plus bound exceeds ``upper``; ``pruned`` records whether any went. A pass that drops
         none, or whose best time is <= ``upper``, is exact. ``max_frontier`` keeps, at each
         step, the states with the least time plus bound and marks the result truncated
-        when it had to.
+        when it had to. ``rough`` uses a cheaper, looser bound (four bands).
         """
         if self.empty:
             return DPResult(None, 0, False, False)
@@ -385,6 +407,7 @@ class Problem:
         parents: list[np.ndarray] = []
         picks: list[np.ndarray] = []
         largest, truncated, pruned = 1, False, False
+        lp = self.lp_rough if rough else self.lp
         for i in range(n):
             ks = np.flatnonzero(self.avail[i])
             f = len(R)
@@ -396,7 +419,7 @@ class Problem:
             if (upper is not None and len(keep) > LAZY) or (
                 max_frontier is not None and len(keep) > max_frontier
             ):
-                promise = nC[keep] + self.lp.evaluate(i, nR[keep], nQ[keep], room)
+                promise = nC[keep] + lp.evaluate(i, nR[keep], nQ[keep], room)
                 if upper is not None and len(keep) > LAZY:
                     ok = promise <= upper + self.tol
                     if not ok.all():
@@ -436,7 +459,12 @@ def frontier_dp(
 
 
 def solve(
-    costs: Costs, budget: int, *, incumbent: float | None = None, beam: int = 64, first: float = 0.5
+    costs: Costs,
+    budget: int,
+    *,
+    incumbent: float | None = None,
+    beam: int = 64,
+    first: float = 0.35,
 ) -> DPResult:
     """Exact least-time policy with peak <= budget, or no choice when none fits.
 
@@ -453,7 +481,7 @@ def solve(
     if prob.empty:
         return DPResult(None, 0, False, False)
     upper = float("inf") if incumbent is None else incumbent
-    quick = prob.run(max_frontier=beam)
+    quick = prob.run(max_frontier=beam, rough=True)
     if quick.choice is not None:
         upper = min(upper, policy_totals(costs, quick.choice)[0])
     if not np.isfinite(upper):

@@ -123,3 +123,11 @@ def test_missing_card_file_exits_2(tmp_path) -> None:
 def test_usage_errors_exit_2() -> None:
     assert _run(EXAMPLE).exit_code == 2  # --budget is required
     assert _run(EXAMPLE, "--budget", "1GiB", "--max-frontier", "0").exit_code == 2
+
+
+def test_registered_as_replayverify_plan() -> None:
+    from replayverify.cli import main
+
+    result = CliRunner().invoke(main, ["plan", EXAMPLE, "--budget", "44GiB", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["feasible"] is True

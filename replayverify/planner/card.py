@@ -118,6 +118,9 @@ def _obj(value: Any, field: str, required: tuple[str, ...], optional: tuple[str,
 
 
 def _bytes(value: Any, field: str) -> int:
+    # Like program files: a float with an integral value is accepted where an int is due.
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise CardError(field, f"must be a whole number of bytes, got {value!r}")
     if value < 0:

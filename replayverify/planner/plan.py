@@ -152,7 +152,11 @@ def plan(
     """
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 0:
         raise CardError("budget", f"must be a non-negative number of bytes, got {budget!r}")
-    if max_frontier is not None and (isinstance(max_frontier, bool) or max_frontier < 1):
+    if max_frontier is not None and (
+        isinstance(max_frontier, bool)
+        or not isinstance(max_frontier, (int, np.integer))
+        or max_frontier < 1
+    ):
         raise CardError("max_frontier", f"must be a positive integer, got {max_frontier!r}")
     budget = int(budget)
     opts = _parse_options(options)

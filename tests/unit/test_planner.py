@@ -214,8 +214,9 @@ def test_plan_refuses_bad_options_and_frontier() -> None:
         plan(card, 10, options=("eager", "snapshot"))
     with pytest.raises(CardError, match="options"):
         plan(card, 10, options=())
-    with pytest.raises(CardError, match="max_frontier"):
-        plan(card, 10, max_frontier=0)
+    for bad in (0, 2.5, True):
+        with pytest.raises(CardError, match="max_frontier"):
+            plan(card, 10, max_frontier=bad)
 
 
 def test_policy_cost_refuses_wrong_policies() -> None:

@@ -170,6 +170,15 @@ def test_default_segment_names_and_int_times() -> None:
     assert isinstance(card.segments[1].option("region").time, float)
 
 
+def test_integral_floats_are_bytes() -> None:
+    doc = _card()
+    doc["persistent_bytes"] = 100.0
+    doc["segments"][1]["options"]["region"]["retained"] = 1e3
+    card = parse_card(doc)
+    assert card.persistent_bytes == 100 and isinstance(card.persistent_bytes, int)
+    assert card.segments[1].option("region").retained == 1000
+
+
 def test_totals_at_the_limit_are_accepted() -> None:
     doc = _card()
     doc["persistent_bytes"] = MAX_TOTAL_BYTES - 10 - 1 - 3 - 4

@@ -37,31 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from replayverify.planner import OPTIONS, Card, parse_card, plan, policy_cost
 from replayverify.planner.dp import min_peak, policy_totals
 from replayverify.planner.plan import card_costs
-
-GiB = 2**30
+from replayverify.planner.synthetic import GiB, shaped_card
 
 
 def shaped(n: int, seed: int) -> Card:
-    """Large activations, 1 GiB whole snapshots, small region journals, random spread."""
-    rng = np.random.default_rng([seed, n])
-    segs = []
-    for j in range(n):
-        a, x = int(2.65 * GiB * rng.uniform(0.6, 1.4)), int(1.25 * GiB * rng.uniform(0.6, 1.4))
-        jr = int(0.009 * GiB * rng.uniform(0.5, 2))
-        b, f = 180 * rng.uniform(0.7, 1.3), 56 * rng.uniform(0.7, 1.3)
-        jt, st = 8 * rng.uniform(0.5, 2), 10 * rng.uniform(0.5, 2)
-        segs.append(
-            {
-                "name": f"s{j}",
-                "options": {
-                    "eager": {"retained": a, "temporary": 0, "time": b},
-                    "whole": {"retained": x + GiB, "temporary": a + GiB, "time": b + f + st},
-                    "region": {"retained": x + jr, "temporary": a + jr, "time": b + f + jt},
-                },
-            }
-        )
-    doc = {"format": "replayverify.profile", "version": 1, "persistent_bytes": int(6.5 * GiB)}
-    return parse_card({**doc, "segments": segs})
+    """Large activations, 1-GiB whole snapshots, small region journals, random spread."""
+    return shaped_card(np.random.default_rng([seed, n]), n)
 
 
 def independent(n: int, seed: int) -> Card:

@@ -10,7 +10,8 @@ import pytest
 import replayverify.planner.dp as dp
 from replayverify.planner import OPTIONS, CardError, load_card, plan, policy_cost
 from replayverify.planner.plan import card_costs
-from tests.unit.planner_cards import GiB, best_index, enumerate_policies, shaped_card, small_card
+from replayverify.planner.synthetic import shaped_card
+from tests.unit.planner_cards import GiB, best_index, enumerate_policies, small_card
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "large-sparse-card.json"

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from replayverify.planner import OPTIONS, parse_card, plan, policy_cost
-from tests.unit.planner_cards import MiB, shaped_card
+from replayverify.planner.synthetic import shaped_card
+from tests.unit.planner_cards import MiB
 
 scipy_optimize = pytest.importorskip("scipy.optimize")
 

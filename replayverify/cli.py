@@ -242,6 +242,12 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
         summary = run_suite(cfg, on_program=lambda _o, n: bar.update(n))
     except SuiteError as exc:
         fail_usage(str(exc))
+    except KeyboardInterrupt:
+        bar.render_finish()
+        click.echo(f"\nreplayverify: interrupted; every finished program's records are in "
+                   f"{cfg.out / 'records.jsonl'}: continue with the same command and --resume",
+                   err=True)
+        sys.exit(130)
     finally:
         bar.render_finish()
     _print_summary(summary, cfg.out)

@@ -1,0 +1,50 @@
+"""Pins for the two places where docs/semantics.md refines SPEC §5's wording."""
+
+import pytest
+
+from replayverify.verifier.check import check_program
+from replayverify.verifier.records import Record, run_is_clean, undetected_mutants
+from tests.helpers import program
+
+
+def rec(check, outcome, engine=""):
+    return Record("p", "", check, engine, outcome, 0.0)
+
+
+def test_a_mutant_fails_a_run_only_when_no_program_detects_it():
+    once = [rec("mutant:m", "missed"), rec("mutant:m", "detected"), rec("bytes", "match")]
+    never = [rec("mutant:m", "missed"), rec("mutant:m", "missed")]
+    assert run_is_clean(once) and undetected_mutants(once) == []
+    assert not run_is_clean(never) and undetected_mutants(never) == ["mutant:m"]
+    assert not rec("mutant:m", "missed").failing
+
+
+@pytest.mark.parametrize("outcome", ["diverge", "error"])
+def test_diverge_and_error_always_fail(outcome):
+    assert not run_is_clean([rec("gradient", outcome, "region")])
+
+
+def test_a_missed_control_fails_the_run():
+    assert not run_is_clean([rec("control:final-storage", "missed")])
+
+
+def _dead_or_live_hazard(loss_view):
+    """op 0 reads x into tanh; op 1 overwrites x with constants: a stale operand. The
+    loss reads either x (tanh's result never reaches it) or y (it does)."""
+    vec = lambda name, off: (name, "s", "float64", off * 8, (2,), (8,))  # noqa: E731
+    return program({"s": 48}, [vec("x", 0), vec("y", 2), vec("c", 4)],
+                   [{"op": "tanh", "dst": "y", "x": "x", "a": 1.0},
+                    {"op": "copy", "dst": "x", "x": "c"}],
+                   {"view": loss_view, "weights": [1.0, 2.0]},
+                   init=[{"view": "x", "values": [0.3, -0.7]},
+                         {"view": "c", "values": [1.5, 2.5]}], inputs=["x"])
+
+
+def test_final_storage_is_unsupported_when_stale_values_do_not_reach_the_gradient():
+    [r] = check_program(_dead_or_live_hazard("x"), checks=["control:final-storage"])
+    assert r.outcome == "unsupported" and "do not reach the gradient" in r.detail
+
+
+def test_final_storage_is_detected_when_they_do():
+    [r] = check_program(_dead_or_live_hazard("y"), checks=["control:final-storage"])
+    assert r.outcome == "detected", r.detail

@@ -11,14 +11,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
+
 from replayverify.engines.base import Engine
 from replayverify.programs.interpreter import Execution, execute
 from replayverify.programs.model import Program
+from replayverify.programs.state import layouts
 from replayverify.verifier.bytes_check import check_bytes
 from replayverify.verifier.compare import Verdict, compare_gradients
 from replayverify.verifier.complex_step import complex_step
 from replayverify.verifier.controls import final_storage_control, wrong_rng_control
-from replayverify.verifier.forward_jacobian import ForwardJacobian, forward_jacobian
+from replayverify.verifier.forward_jacobian import (
+    PRECISION,
+    ForwardJacobian,
+    addresses,
+    forward_jacobian,
+)
 from replayverify.verifier.records import Record
 
 GRADIENT = "gradient"
@@ -34,6 +42,26 @@ ENGINE_CHECKS = (GRADIENT, BYTES)  # the checks engine_records reports per engin
 
 def program_label(program: Program, program_id: str | None = None) -> str:
     return program_id or program.name or program.sha256[:16]
+
+
+MAX_SHADOW_BYTES = 2 * 2**30  # the most a derivative reference may allocate for its shadow
+
+
+class TooLarge(Exception):
+    """A derivative reference would need more memory than MAX_SHADOW_BYTES."""
+
+
+def shadow_bytes(program: Program, per_coordinate: int) -> int:
+    """Bytes of a (coordinates x per_coordinate) shadow: inputs' elements as coordinates."""
+    lay = layouts(program)
+    return sum(lay[name].size for name in program.inputs) * per_coordinate
+
+
+def _guard(what: str, nbytes: int) -> None:
+    if nbytes > MAX_SHADOW_BYTES:
+        raise TooLarge(f"{what} would need {nbytes / 2**30:.3g} GiB of shadow storage "
+                       f"(input coordinates x elements), over the {MAX_SHADOW_BYTES / 2**30:g}"
+                       " GiB limit: not run")
 
 
 def forward_jacobian_verdict(ex: Execution, fj: ForwardJacobian) -> Verdict:
@@ -54,6 +82,11 @@ def forward_jacobian_verdict(ex: Execution, fj: ForwardJacobian) -> Verdict:
 
 def complex_step_verdict(ex: Execution) -> Verdict:
     """Version-graph gradient against the complex step."""
+    words = sum(-(-b.nbytes // 8) for b in ex.program.buffers)
+    try:
+        _guard("the complex step", shadow_bytes(ex.program, 8 * words))
+    except TooLarge as exc:
+        return Verdict("unsupported", None, str(exc))
     cs = complex_step(ex.program, refusal=ex.admission.reason)
     if not cs.supported:
         return Verdict("unsupported", None, f"{cs.reason} (nothing compared)")
@@ -115,11 +148,19 @@ def check_execution(
 
     def jacobian() -> ForwardJacobian:
         if not fj:
+            per = addresses(program).count * np.dtype(PRECISION).itemsize
+            _guard("the forward Jacobian", shadow_bytes(program, per))
             fj.append(forward_jacobian(program))
         return fj[0]
 
+    def jacobian_verdict() -> Verdict:
+        try:
+            return forward_jacobian_verdict(ex, jacobian())
+        except TooLarge as exc:
+            return Verdict("unsupported", None, str(exc))
+
     if FORWARD_JACOBIAN in wanted:
-        run(FORWARD_JACOBIAN, lambda: forward_jacobian_verdict(ex, jacobian()))
+        run(FORWARD_JACOBIAN, jacobian_verdict)
     if COMPLEX_STEP in wanted:
         run(COMPLEX_STEP, lambda: complex_step_verdict(ex))
     if BYTES in wanted:
@@ -137,6 +178,8 @@ def check_execution(
             t0 = time.perf_counter()
             try:
                 reference = jacobian().gradient
+            except TooLarge:  # the engines are compared with the version graph instead
+                reference = None
             except Exception as exc:  # the engines' gradient has no reference: say so
                 reference = None
                 records.append(_error(label, sha, GRADIENT, exc, engine="*"))

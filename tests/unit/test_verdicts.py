@@ -48,3 +48,18 @@ def test_final_storage_is_unsupported_when_stale_values_do_not_reach_the_gradien
 def test_final_storage_is_detected_when_they_do():
     [r] = check_program(_dead_or_live_hazard("y"), checks=["control:final-storage"])
     assert r.outcome == "detected", r.detail
+
+
+def test_references_too_large_for_memory_say_so_and_engines_fall_back(monkeypatch):
+    import replayverify.verifier.check as check_mod
+    from replayverify.programs import generate
+
+    monkeypatch.setattr(check_mod, "MAX_SHADOW_BYTES", 100)
+    records = check_program(generate(0, 0, "derivative"))
+    by = {(r.check, r.engine): r for r in records}
+    for check in ("forward-jacobian", "complex-step"):
+        assert by[(check, "")].outcome == "unsupported"
+        assert "over the" in by[(check, "")].detail and "not run" in by[(check, "")].detail
+    assert by[("gradient", "region")].outcome == "match"
+    assert "against the version graph" in by[("gradient", "region")].detail
+    assert run_is_clean(records)

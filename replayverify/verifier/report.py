@@ -7,7 +7,7 @@ import math
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
 from replayverify.verifier.records import Record, run_is_clean, undetected_mutants
 
@@ -144,7 +144,7 @@ def write_junit(path: Path, records: list[Record], seconds: float) -> None:
                  f'time="{r.seconds:.6f}"')
         if r.failing:
             out.append(f"  <testcase {attrs}><failure message={quoteattr(r.outcome)}>"
-                       f"{_esc(r.detail)}</failure></testcase>")
+                       f"{escape(r.detail)}</failure></testcase>")
         elif r.outcome == "unsupported":
             out.append(f"  <testcase {attrs}><skipped message={quoteattr(r.detail)}/>"
                        "</testcase>")
@@ -152,10 +152,6 @@ def write_junit(path: Path, records: list[Record], seconds: float) -> None:
             out.append(f"  <testcase {attrs}/>")
     out.append("</testsuite>")
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
-
-
-def _esc(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def shrink_failures(out: Path, records: list[Record], engines: tuple[str, ...] | None,

@@ -21,7 +21,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from replayverify.programs.generate import FAMILIES, generate_with_attempts
+from replayverify.programs.interpreter import Execution
 from replayverify.programs.model import Program
 from replayverify.verifier.records import Record
 
@@ -113,11 +116,12 @@ def _alarm(signum, frame):  # pragma: no cover - runs in the signal handler
     raise _Timeout
 
 
-def program_stats(program: Program, attempts: int) -> dict:
+def program_stats(ex: Execution, attempts: int) -> dict:
     """What was generated: op kinds, overlapping writes, integer aliases, hazards, draws."""
-    from replayverify.programs.interpreter import execute, stale_operands
+    from replayverify.programs.interpreter import stale_operands
     from replayverify.programs.model import view_bytes
 
+    program = ex.program
     views = {v.name: v for v in program.views}
     kinds = Counter(op.kind.value for op in program.ops)
     overlapping = 0
@@ -126,12 +130,11 @@ def program_stats(program: Program, attempts: int) -> dict:
         for f in op.spec.sources:
             src = views[getattr(op, f)]
             if (src.buffer == dst.buffer and src.name != dst.name
-                    and set(view_bytes(src).tolist()) & set(view_bytes(dst).tolist())):
+                    and np.intersect1d(view_bytes(src), view_bytes(dst)).size):
                 overlapping += 1
                 break
     floats = {v.buffer for v in program.views if v.is_float}
     aliases = sum(1 for v in program.views if not v.is_float and v.buffer in floats)
-    ex = execute(program, record_boundaries=False)
     return {
         "ops": dict(kinds),
         "overlapping_writes": overlapping,
@@ -149,7 +152,8 @@ def program_stats(program: Program, attempts: int) -> dict:
 
 def run_job(job: Job) -> Outcome:
     """Check one program; an exception or a timeout becomes an ``error`` record."""
-    from replayverify.verifier.check import check_program
+    from replayverify.programs.interpreter import execute
+    from replayverify.verifier.check import check_execution
 
     start = time.perf_counter()
     pid = str(job.pid)
@@ -160,9 +164,10 @@ def run_job(job: Job) -> Outcome:
     program = None
     try:
         program, attempts = job.pid.build()
-        records = check_program(program, program_id=pid, engines=job.engines,
-                                mutants=job.mutants)
-        stats = program_stats(program, attempts)
+        ex = execute(program)  # once: the checks and the statistics share it
+        records = check_execution(ex, program_id=pid, engines=job.engines,
+                                  mutants=job.mutants)
+        stats = program_stats(ex, attempts)
         return Outcome(pid, records, stats)
     except _Timeout:
         detail = f"timed out after {job.timeout:g} s"

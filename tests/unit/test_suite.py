@@ -129,16 +129,16 @@ def test_junit_and_report_are_written(tmp_path):
 def test_a_program_that_raises_or_times_out_becomes_an_error_record(tmp_path, monkeypatch):
     import replayverify.verifier.check as check_mod
 
-    real = check_mod.check_program
+    real = check_mod.check_execution
 
-    def flaky(program, **kw):
-        if program.name.endswith("000001"):
+    def flaky(ex, **kw):
+        if ex.program.name.endswith("000001"):
             raise RuntimeError("boom")
-        if program.name.endswith("000002"):
+        if ex.program.name.endswith("000002"):
             time.sleep(5)
-        return real(program, **kw)
+        return real(ex, **kw)
 
-    monkeypatch.setattr(check_mod, "check_program", flaky)
+    monkeypatch.setattr(check_mod, "check_execution", flaky)
     s = run_suite(SuiteConfig(programs=4, seed=0, workers=1, out=tmp_path, timeout=0.5,
                               shrink=False))
     recs = read_records(tmp_path / "records.jsonl")

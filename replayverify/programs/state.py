@@ -127,9 +127,6 @@ class State:
         else:
             buf[layout.bytes_of(where, self.xp)] = raw.view(np.uint8)
 
-    def matches(self, snap: Snapshot) -> bool:
-        return self.snapshot() == snap
-
 
 @dataclass(frozen=True)
 class Snapshot:

@@ -13,8 +13,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from replayverify.engines.base import Tape
-from replayverify.engines.strategies import Eager, JournalEntry, ReadSet, Region, Whole
+from replayverify.engines.base import Recovered, Recovery, Tape, operand_bytes
+from replayverify.engines.strategies import (
+    Eager,
+    JournalEntry,
+    ReadSet,
+    Region,
+    Whole,
+    read_fields,
+)
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpEvent, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import State, layouts
@@ -168,3 +175,127 @@ class EagerMaskFromLiveRng(Eager):
 
     def rng_for(self, tape: Tape, k: int, saved_rng, state: State):
         return state.rng
+
+
+# ---------------------------------------------------------------- modelled on public reports
+#
+# Each of these is a recomputation bug reported against a real framework; the docstring
+# names the report. They vary ``Whole`` (replay from an anchor), the strategy closest to
+# ``torch.utils.checkpoint`` and to a compiler's recompute-in-backward.
+
+
+def _segment_written(tape: Tape, s: int) -> dict[str, np.ndarray]:
+    """Per buffer, the byte indices that the ops of segment ``s`` may write."""
+    a, b = tape.bounds[s]
+    parts: dict[str, list[np.ndarray]] = {}
+    for k in range(a, b):
+        dst = tape.lay[tape.program.ops[k].dst]
+        parts.setdefault(dst.view.buffer, []).append(dst.index(tape.xp))
+    return {name: tape.xp.unique(tape.xp.concatenate(p)) for name, p in parts.items()}
+
+
+class ReplayLeaksVisibleState(Whole):
+    """Recomputation's writes stay visible: the replay transaction puts R back but not
+    the bytes, so in-place state updates made during replay (BatchNorm running
+    statistics, an auxiliary loss accumulator) are applied again and remain.
+
+    Models pytorch/pytorch#96136 ("torch.utils.checkpoint should avoid updating
+    BatchNorm statistics twice"; also #62471): checkpoint recomputation re-runs the
+    forward's in-place updates of module state."""
+
+    def reinstate(self, state: State, saved, rng) -> None:
+        super().reinstate(state, None, rng)
+
+
+class RecomputeDropsUnusedWrites(Whole):
+    """Replay skips an in-place write that no later op of the segment reads (a dead
+    store to the recomputation), although it is part of B_{s+1}; its operands are
+    still read for backward, and a skipped draw does not advance R.
+
+    Models pytorch/pytorch#155242 ("Partitioner loses inplace ops where source is
+    constant") and #113737 (in-place ops in a selective-checkpointing region are not
+    preserved in the AOTAutograd joint graph)."""
+
+    def replay(self, tape: Tape, s: int, state: State,
+               draws: Mapping[int, np.ndarray] | None = None) -> list:
+        a, b = tape.bounds[s]
+        out = []
+        for k in range(a, b):
+            recorded = None if draws is None else draws.get(k)
+            if _read_later(tape, k, b):
+                ev = self.execute(tape.program, k, state, recorded)
+                rec = Recovered(ev.operands, ev.draws)
+                tape.replayed_ops += 1
+            else:  # the bug: nothing in the recomputation reads it, so it is not redone
+                op = tape.program.ops[k]
+                operands = {f: state.read(tape.lay[getattr(op, f)]) for f in read_fields(op)}
+                rec = Recovered(operands, recorded)
+            tape.borrow(operand_bytes(rec))
+            out.append(rec)
+        return out
+
+
+def _read_later(tape: Tape, k: int, stop: int) -> bool:
+    """Whether an op after ``k`` and before ``stop`` reads a byte that op ``k`` writes."""
+    program = tape.program
+    dst = tape.lay[program.ops[k].dst]
+    for j in range(k + 1, stop):
+        op = program.ops[j]
+        for f in read_fields(op):
+            src = tape.lay[getattr(op, f)]
+            if src.view.buffer == dst.view.buffer and np.intersect1d(
+                    src.byte_index, dst.byte_index).size:
+                return True
+    return False
+
+
+class RecomputeReadsLiveBuffer(Whole):
+    """Replay restores only the bytes the segment itself writes; what it only reads is
+    taken from the live buffer, so an operand that a later segment overwrote in place
+    is recomputed from its current bytes instead of its historical version.
+
+    Models pytorch/pytorch#197039, the compile-partitioner class ("Don't recompute
+    reads of mutated inputs or mutable buffers": recomputing in backward defers the
+    read past a later mutation), and pytorch/functorch#565 (the partitioner recomputed
+    across an in-place op, giving wrong gradients)."""
+
+    def load_anchor(self, tape: Tape, s: int, state: State) -> None:
+        buffers, rng = tape.data[("anchor", s)]
+        for name, idx in _segment_written(tape, s).items():
+            state.buffers[name][idx] = buffers[name][idx]
+        state.rng = rng
+
+
+class EarlyStopStaleDraw(Whole):
+    """Replay stops early, before the segment's first draw (as if everything backward
+    needs had been recomputed): that op and the ones after it get the operands the
+    stopped replay left in storage and an uninitialised (zero) random buffer instead of
+    the mask or noise they used. The replay claims no end state.
+
+    Models pytorch/pytorch#193671 ("Silent wrong gradients: nn.RReLU under
+    non-reentrant checkpointing saves uninitialized noise", non-reentrant checkpoint's
+    early stop)."""
+
+    def recover(self, tape: Tape, s: int, state: State) -> Recovery:
+        a, b = tape.bounds[s]
+        program = tape.program
+        stop = next((k for k in range(a, b) if program.ops[k].spec.draws), b)
+        with self.transaction(tape, state, copy_visible=True):
+            self.load_anchor(tape, s, state)
+            ops = []
+            for k in range(a, b):
+                if k < stop:
+                    ev = self.execute(program, k, state, tape.data.get(("draws", k)))
+                    rec = Recovered(ev.operands, ev.draws)
+                    tape.replayed_ops += 1
+                else:
+                    op = program.ops[k]
+                    operands = {f: state.read(tape.lay[getattr(op, f)])
+                                for f in read_fields(op)}
+                    kept = tape.data.get(("draws", k))
+                    rec = Recovered(operands, None if kept is None else
+                                    tape.xp.zeros(kept.shape, dtype=kept.dtype))
+                tape.borrow(operand_bytes(rec))
+                ops.append(rec)
+            snap = None if stop < b else state.snapshot()
+        return Recovery(ops, snap)

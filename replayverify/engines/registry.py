@@ -46,6 +46,10 @@ def _builtin() -> dict[str, Engine]:
         ("mutant:readset-missing-second-operand", m.ReadSetMissingSecondOperand()),
         ("mutant:eager-retained-view", m.EagerRetainedView()),
         ("mutant:eager-mask-from-live-rng", m.EagerMaskFromLiveRng()),
+        ("mutant:replay-leaks-visible-state", m.ReplayLeaksVisibleState()),
+        ("mutant:recompute-drops-unused-writes", m.RecomputeDropsUnusedWrites()),
+        ("mutant:recompute-reads-live-buffer", m.RecomputeReadsLiveBuffer()),
+        ("mutant:early-stop-stale-draw", m.EarlyStopStaleDraw()),
     ]
     return {name: StrategyEngine(name, strategy) for name, strategy in table}
 

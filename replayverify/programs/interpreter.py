@@ -10,7 +10,7 @@ The reverse sweep over that graph gives dL/d(inputs).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 
@@ -375,12 +375,36 @@ def _refusal(nodes: _Nodes, row: np.ndarray, layout: ViewLayout, j: int, k: int,
             f"at a different byte extent")
 
 
+def given_draws(program: Program, draws: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Check recorded draw values for :func:`execute`: one flat array per draw op index,
+    with the destination's element count, cast to its dtype. ValueError otherwise."""
+    lay = layouts(program)
+    out = {}
+    for k, values in draws.items():
+        if not (isinstance(k, int) and 0 <= k < len(program.ops)
+                and program.ops[k].spec.draws):
+            raise ValueError(f"draws: op {k!r} is not a draw op of the program")
+        dst = lay[program.ops[k].dst]
+        values = np.asarray(values).reshape(-1)
+        if values.size != dst.size:
+            raise ValueError(f"draws: op {k} draws {dst.size} values, {values.size} given")
+        out[k] = values.astype(dst.dtype)
+    return out
+
+
 def execute(program: Program, *, record_boundaries: bool = True,
-            forward: dict[OpKind, ForwardRule] = FORWARD) -> Execution:
+            forward: dict[OpKind, ForwardRule] = FORWARD,
+            draws: Mapping[int, np.ndarray] | None = None) -> Execution:
     """Run ``program`` with version tracking (SPEC §3).
 
     ``forward`` replaces the forward rule table (tests inject broken rules with it).
+    ``draws`` runs the program with given random values instead of Philox ones: for a
+    draw op index, the values it consumes (noise: z in the view's dtype; dropout: the 0/1
+    mask), row-major. Ops not in ``draws`` draw from Philox as usual, and the generator
+    advances by the element count either way, so R is the program's. The cohort uses it
+    to make the reference bit-exact for a framework that drew with its own generator.
     """
+    given = given_draws(program, draws) if draws else {}
     lay = layouts(program)
     state = initial_state(program)
     nodes = _Nodes()
@@ -412,7 +436,7 @@ def execute(program: Program, *, record_boundaries: bool = True,
                 read_vids[f] = vids
                 if reason and admission.supported:
                     admission = Admission(False, reason, k)
-        ev = execute_op(program, k, state, forward=forward)
+        ev = execute_op(program, k, state, draws=given.get(k), forward=forward)
         starts = dst.starts if ev.where is None else dst.starts[ev.where]
         out = nodes.add(k, DTYPE_CODE[dst.view.dtype], starts)
         item = dst.dtype.itemsize

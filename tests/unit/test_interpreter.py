@@ -90,6 +90,30 @@ def test_boundaries_are_the_segment_states():
         assert st.snapshot() == ex.boundaries[s + 1]
 
 
+def test_given_draws_replace_philox_and_keep_the_generator_exact():
+    p = program({"b": 32}, [vec("x", "b", 0, 4)],
+                [{"op": "noise", "dst": "x", "x": "x", "sigma": 0.5},
+                 {"op": "dropout", "dst": "x", "x": "x", "keep": 0.5},
+                 {"op": "mul", "dst": "x", "x": "x", "y": "x"}],
+                {"view": "x", "weights": [1, 1, 1, 1]}, inputs=["x"],
+                init=[{"view": "x", "values": [1, 2, 3, 4]}])
+    z = np.array([0.5, -1.0, 2.0, 0.25])
+    mask = np.array([1.0, 0.0, 1.0, 1.0])
+    ex = execute(p, draws={0: z, 1: mask})
+    x = np.array([1, 2, 3, 4.0])
+    y = (x + 0.5 * z) * mask / 0.5
+    got = np.frombuffer(ex.buffers["b"], np.float64)
+    np.testing.assert_array_equal(got, y * y)
+    assert ex.rng == execute(p).rng  # advanced by the element counts, as when drawing
+    np.testing.assert_allclose(ex.gradient, 2 * y * mask / 0.5)
+    only_noise = execute(p, draws={0: z})  # op 1 then draws from Philox
+    assert only_noise.records[1].draws.tolist() == execute(p).records[1].draws.tolist()
+    with pytest.raises(ValueError, match="op 2 is not a draw op"):
+        execute(p, draws={2: z})
+    with pytest.raises(ValueError, match="draws 4 values, 3 given"):
+        execute(p, draws={0: z[:3]})
+
+
 # ---------------------------------------------------------------- sympy reference
 
 

@@ -27,21 +27,13 @@ from replayverify.verifier.forward_jacobian import (
     addresses,
     forward_jacobian,
 )
-from replayverify.verifier.records import Record
+from replayverify.verifier.records import Check, Outcome, Record, make_record, program_label
 
-GRADIENT = "gradient"
-FORWARD_JACOBIAN = "forward-jacobian"
-COMPLEX_STEP = "complex-step"
-BYTES = "bytes"
-FINAL_STORAGE = "control:final-storage"
-WRONG_RNG = "control:wrong-rng"
-CHECKS = (GRADIENT, FORWARD_JACOBIAN, COMPLEX_STEP, BYTES, FINAL_STORAGE, WRONG_RNG)
-REFERENCE_CHECKS = (FORWARD_JACOBIAN, COMPLEX_STEP, BYTES, FINAL_STORAGE, WRONG_RNG)
-ENGINE_CHECKS = (GRADIENT, BYTES)  # the checks engine_records reports per engine
-
-
-def program_label(program: Program, program_id: str | None = None) -> str:
-    return program_id or program.name or program.sha256[:16]
+# The checks ``check`` can run, in record order; the engines report GRADIENT and BYTES.
+CHECKS = (Check.GRADIENT, Check.FORWARD_JACOBIAN, Check.COMPLEX_STEP, Check.BYTES,
+          Check.FINAL_STORAGE, Check.WRONG_RNG)
+REFERENCE_CHECKS = CHECKS[1:]
+ENGINE_CHECKS = (Check.GRADIENT, Check.BYTES)  # the checks engine_records reports per engine
 
 
 MAX_SHADOW_BYTES = 2 * 2**30  # the most a derivative reference may allocate for its shadow
@@ -69,14 +61,15 @@ def forward_jacobian_verdict(ex: Execution, fj: ForwardJacobian) -> Verdict:
     adm = ex.admission
     if not adm.supported:
         if fj.supported:
-            return Verdict("diverge", None, f"the interpreter refuses ({adm.reason}) but every "
-                           "tangent the forward Jacobian read was defined")
+            return Verdict(Outcome.DIVERGE, None, f"the interpreter refuses ({adm.reason}) "
+                           "but every tangent the forward Jacobian read was defined")
         if fj.refused_op != adm.op:
-            return Verdict("diverge", None, f"admission disagrees: interpreter: {adm.reason}; "
-                           f"forward Jacobian: {fj.reason}")
-        return Verdict("unsupported", None, f"{adm.reason} (nothing compared)")
+            return Verdict(Outcome.DIVERGE, None, "admission disagrees: interpreter: "
+                           f"{adm.reason}; forward Jacobian: {fj.reason}")
+        return Verdict(Outcome.UNSUPPORTED, None, f"{adm.reason} (nothing compared)")
     if not fj.supported:
-        return Verdict("diverge", None, f"the interpreter admits the derivative but {fj.reason}")
+        return Verdict(Outcome.DIVERGE, None,
+                       f"the interpreter admits the derivative but {fj.reason}")
     return compare_gradients(ex.gradient, fj.gradient, ex.program)
 
 
@@ -86,18 +79,18 @@ def complex_step_verdict(ex: Execution) -> Verdict:
     try:
         _guard("the complex step", shadow_bytes(ex.program, 8 * words))
     except TooLarge as exc:
-        return Verdict("unsupported", None, str(exc))
+        return Verdict(Outcome.UNSUPPORTED, None, str(exc))
     cs = complex_step(ex.program, refusal=ex.admission.reason)
     if not cs.supported:
-        return Verdict("unsupported", None, f"{cs.reason} (nothing compared)")
+        return Verdict(Outcome.UNSUPPORTED, None, f"{cs.reason} (nothing compared)")
     return compare_gradients(ex.gradient, cs.gradient, ex.program)
 
 
 def bytes_verdict(ex: Execution) -> Verdict:
     res = check_bytes(ex)
     if res.exact:
-        return Verdict("match", 0.0, f"{res.comparisons} replays exact (bytes and generator)")
-    return Verdict("diverge", float(res.bytes_differing), "; ".join(res.failures))
+        return Verdict(Outcome.MATCH, 0.0, f"{res.comparisons} replays exact (bytes and generator)")
+    return Verdict(Outcome.DIVERGE, float(res.bytes_differing), "; ".join(res.failures))
 
 
 def _engine_records_fn() -> Callable | None:
@@ -111,10 +104,14 @@ def _engine_records_fn() -> Callable | None:
     return engine_records
 
 
-def _error(label: str, sha: str, check: str, exc: BaseException, seconds: float = 0.0,
-           engine: str = "") -> Record:
-    return Record(label, sha, check, engine, "error", None,
-                  f"{type(exc).__name__}: {exc}", seconds)
+def error_verdict(exc: BaseException) -> Verdict:
+    """The verdict of a check that raised: ``error`` with the exception's message."""
+    return Verdict(Outcome.ERROR, None, f"{type(exc).__name__}: {exc}")
+
+
+def _error(label: str, sha: str, check: Check | str, exc: BaseException,
+           seconds: float = 0.0, engine: str = "") -> Record:
+    return make_record(label, sha, check, error_verdict(exc), seconds, engine)
 
 
 def check_execution(
@@ -136,15 +133,14 @@ def check_execution(
     records: list[Record] = []
     fj: list[ForwardJacobian] = []  # computed once, for its record and the engines
 
-    def run(check: str, fn: Callable[[], Verdict]) -> None:
+    def run(check: Check, fn: Callable[[], Verdict]) -> None:
         t0 = time.perf_counter()
         try:
             v = fn()
         except Exception as exc:  # one record per check, never dropped
             records.append(_error(label, sha, check, exc, time.perf_counter() - t0))
             return
-        records.append(Record(label, sha, check, "", v.outcome, v.max_abs_err, v.detail,
-                              time.perf_counter() - t0))
+        records.append(make_record(label, sha, check, v, time.perf_counter() - t0))
 
     def jacobian() -> ForwardJacobian:
         if not fj:
@@ -157,19 +153,19 @@ def check_execution(
         try:
             return forward_jacobian_verdict(ex, jacobian())
         except TooLarge as exc:
-            return Verdict("unsupported", None, str(exc))
+            return Verdict(Outcome.UNSUPPORTED, None, str(exc))
 
-    if FORWARD_JACOBIAN in wanted:
-        run(FORWARD_JACOBIAN, jacobian_verdict)
-    if COMPLEX_STEP in wanted:
-        run(COMPLEX_STEP, lambda: complex_step_verdict(ex))
-    if BYTES in wanted:
-        run(BYTES, lambda: bytes_verdict(ex))
-    if FINAL_STORAGE in wanted:
-        run(FINAL_STORAGE, lambda: final_storage_control(
+    if Check.FORWARD_JACOBIAN in wanted:
+        run(Check.FORWARD_JACOBIAN, jacobian_verdict)
+    if Check.COMPLEX_STEP in wanted:
+        run(Check.COMPLEX_STEP, lambda: complex_step_verdict(ex))
+    if Check.BYTES in wanted:
+        run(Check.BYTES, lambda: bytes_verdict(ex))
+    if Check.FINAL_STORAGE in wanted:
+        run(Check.FINAL_STORAGE, lambda: final_storage_control(
             ex, lambda g, g_ref: compare_gradients(g, g_ref, program)))
-    if WRONG_RNG in wanted:
-        run(WRONG_RNG, lambda: wrong_rng_control(ex))
+    if Check.WRONG_RNG in wanted:
+        run(Check.WRONG_RNG, lambda: wrong_rng_control(ex))
 
     engine_wanted = [c for c in ENGINE_CHECKS if c in wanted]
     if engine_wanted and (engines is None or len(engines) or mutants):
@@ -182,12 +178,12 @@ def check_execution(
                 reference = None
             except Exception as exc:  # the engines' gradient has no reference: say so
                 reference = None
-                records.append(_error(label, sha, GRADIENT, exc, engine="*"))
+                records.append(_error(label, sha, Check.GRADIENT, exc, engine="*"))
             try:
                 extra = {"mutants": True} if mutants else {}
                 got = engine_records(program, ex, reference, engines, label, **extra)
             except Exception as exc:
-                records.append(_error(label, sha, GRADIENT, exc, time.perf_counter() - t0,
+                records.append(_error(label, sha, Check.GRADIENT, exc, time.perf_counter() - t0,
                                       engine="*"))
             else:
                 records.extend(r for r in got if r.check in engine_wanted
@@ -195,14 +191,14 @@ def check_execution(
     return records
 
 
-def _wanted(checks: Iterable[str] | None) -> tuple[str, ...]:
+def _wanted(checks: Iterable[str] | None) -> tuple[Check, ...]:
     if checks is None:
         return CHECKS
     checks = tuple(checks)
     unknown = [c for c in checks if c not in CHECKS]
     if unknown:
-        raise ValueError(f"unknown check {unknown[0]!r}; known: {', '.join(CHECKS)}")
-    return checks
+        raise ValueError(f"unknown check {str(unknown[0])!r}; known: {', '.join(CHECKS)}")
+    return tuple(Check(c) for c in checks)
 
 
 def check_program(
@@ -228,5 +224,5 @@ def check_program(
 
 def rejected_record(program_id: str, reason: str, sha256: str = "") -> Record:
     """The one record of an input file that loading refuses (SPEC §2, §6)."""
-    return Record(program_id, sha256, "load", "", "rejected", None,
-                  f"{reason} (not loaded; nothing compared)")
+    return make_record(program_id, sha256, Check.LOAD,
+                       Verdict(Outcome.REJECTED, None, f"{reason} (not loaded; nothing compared)"))

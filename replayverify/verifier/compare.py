@@ -8,7 +8,7 @@ import numpy as np
 
 from replayverify.programs.model import Program
 from replayverify.programs.tolerance import float_dtype, program_tolerance
-from replayverify.verifier.records import max_abs_err
+from replayverify.verifier.records import Outcome, max_abs_err
 
 __all__ = ["Verdict", "compare_gradients", "float_dtype"]
 
@@ -17,7 +17,7 @@ __all__ = ["Verdict", "compare_gradients", "float_dtype"]
 class Verdict:
     """What one check found: outcome, the measured error and a one-line detail."""
 
-    outcome: str
+    outcome: Outcome
     max_abs_err: float | None
     detail: str = ""
 
@@ -27,20 +27,21 @@ def compare_gradients(g: np.ndarray, g_ref: np.ndarray, program: Program) -> Ver
     g = np.asarray(g, np.float64)
     g_ref = np.asarray(g_ref, np.float64)
     if g.shape != g_ref.shape:
-        return Verdict("diverge", None, f"gradient shape {g.shape} != reference {g_ref.shape}")
+        return Verdict(Outcome.DIVERGE, None,
+                       f"gradient shape {g.shape} != reference {g_ref.shape}")
     if g_ref.size == 0:
-        return Verdict("match", 0.0, "no inputs: the gradient is empty")
+        return Verdict(Outcome.MATCH, 0.0, "no inputs: the gradient is empty")
     bad = ~(np.isfinite(g) & np.isfinite(g_ref))
     if bad.any():
         if not np.array_equal(g[bad], g_ref[bad], equal_nan=True):
             j = int(np.flatnonzero(bad & ~((g == g_ref) | (np.isnan(g) & np.isnan(g_ref))))[0])
-            return Verdict("diverge", None, f"non-finite gradient at coordinate {j}: "
+            return Verdict(Outcome.DIVERGE, None, f"non-finite gradient at coordinate {j}: "
                            f"{float(g[j])!r} vs reference {float(g_ref[j])!r}")
         g, g_ref = g[~bad], g_ref[~bad]  # identical non-finite entries: compare the rest
     err = max_abs_err(g, g_ref)
     tol = program_tolerance(program, g_ref)
     if err <= tol:
-        return Verdict("match", err, f"tolerance {tol:.3g}")
+        return Verdict(Outcome.MATCH, err, f"tolerance {tol:.3g}")
     j = int(np.argmax(np.abs(g - g_ref)))
-    return Verdict("diverge", err, f"max_abs_err {err:.3g} > tolerance {tol:.3g} "
+    return Verdict(Outcome.DIVERGE, err, f"max_abs_err {err:.3g} > tolerance {tol:.3g} "
                    f"(coordinate {j}: {float(g[j])!r} vs reference {float(g_ref[j])!r})")

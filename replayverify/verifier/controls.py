@@ -23,6 +23,7 @@ from replayverify.programs.interpreter import (
 from replayverify.programs.model import OpKind
 from replayverify.verifier.bytes_check import diff_states, replay
 from replayverify.verifier.compare import Verdict
+from replayverify.verifier.records import Outcome
 
 
 def stale_reads(ex: Execution) -> list[str]:
@@ -43,11 +44,11 @@ def final_storage_control(ex: Execution, compare, *,
                           reverse: dict[OpKind, ReverseRule | None] = REVERSE) -> Verdict:
     """Sweep with final-storage operands; ``compare(g, g_ref)`` returns a gradient Verdict."""
     if not ex.admission.supported:
-        return Verdict("unsupported", None,
+        return Verdict(Outcome.UNSUPPORTED, None,
                        f"the derivative is not admitted: {ex.admission.reason}")
     stale = stale_reads(ex)
     if not stale:
-        return Verdict("unsupported", None, "no value a reverse rule depends on (mul, tanh, "
+        return Verdict(Outcome.UNSUPPORTED, None, "no value a reverse rule depends on (mul, tanh, "
                        "sin operand; gather, scatter index) differs in the final storage")
     g_ref = ex.gradient
     g_bad = reverse_sweep(ex, reverse, operands=final_storage_operands(ex))
@@ -55,13 +56,13 @@ def final_storage_control(ex: Execution, compare, *,
     if np.array_equal(g_bad, g_ref, equal_nan=True):
         # The stale values feed no contribution that reaches an input (a zero adjoint,
         # a constant partner operand, an unchanged index mod n): nothing to detect.
-        return Verdict("unsupported", None, f"stale values ({where}) do not reach the "
+        return Verdict(Outcome.UNSUPPORTED, None, f"stale values ({where}) do not reach the "
                        "gradient: the final-storage sweep reproduces it bit for bit")
     v = compare(g_bad, g_ref)
-    if v.outcome == "match":
-        return Verdict("missed", v.max_abs_err,
+    if v.outcome is Outcome.MATCH:
+        return Verdict(Outcome.MISSED, v.max_abs_err,
                        f"final-storage gradient within tolerance ({v.detail}); stale: {where}")
-    return Verdict("detected", v.max_abs_err, f"{v.detail}; stale: {where}")
+    return Verdict(Outcome.DETECTED, v.max_abs_err, f"{v.detail}; stale: {where}")
 
 
 def draws_in(ex: Execution, first: int, end: int) -> bool:
@@ -74,7 +75,7 @@ def wrong_rng_control(ex: Execution) -> Verdict:
     bounds = program.segment_bounds()
     drawing = [s for s, (lo, hi) in enumerate(bounds) if draws_in(ex, lo, hi)]
     if not drawing:
-        return Verdict("unsupported", None, "the program draws no random values")
+        return Verdict(Outcome.UNSUPPORTED, None, "the program draws no random values")
     s = drawing[0]
     lo, hi = bounds[s]
     start, want = ex.boundaries[s], ex.boundaries[s + 1]
@@ -84,7 +85,7 @@ def wrong_rng_control(ex: Execution) -> Verdict:
     d = diff_states(replay(program, start, lo, hi, rng=wrong), want)
     label = f"segment {s} replayed from {how}"
     if d.exact:
-        return Verdict("missed", 0.0, f"{label}: bytes and generator state equal")
-    return Verdict("detected", float(d.bytes),
+        return Verdict(Outcome.MISSED, 0.0, f"{label}: bytes and generator state equal")
+    return Verdict(Outcome.DETECTED, float(d.bytes),
                    f"{label}: {d.bytes} bytes differ; " + "; ".join(d.notes))
 

@@ -23,10 +23,9 @@ from replayverify.programs.interpreter import Execution, execute
 from replayverify.programs.model import Program
 from replayverify.verifier.bytes_check import diff_states
 from replayverify.verifier.compare import Verdict, compare_gradients
-from replayverify.verifier.records import Record
+from replayverify.verifier.records import Check, Outcome, Record, make_record, program_label
 
-GRADIENT = "gradient"
-BYTES = "bytes"
+GRADIENT, BYTES = Check.GRADIENT, Check.BYTES
 
 
 def gradient_verdict(result: EngineResult, execution: Execution,
@@ -35,12 +34,12 @@ def gradient_verdict(result: EngineResult, execution: Execution,
     adm = execution.admission
     if not adm.supported:
         if result.gradient is not None:
-            return Verdict("diverge", None, f"the engine returned a gradient where admission "
+            return Verdict(Outcome.DIVERGE, None, f"the engine returned a gradient where admission "
                            f"refuses it: {adm.reason}")
-        return Verdict("unsupported", None, adm.reason)
+        return Verdict(Outcome.UNSUPPORTED, None, adm.reason)
     if result.gradient is None:
-        return Verdict("diverge", None, f"admission holds but the engine returned no gradient "
-                       f"({result.reason or 'no reason given'})")
+        return Verdict(Outcome.DIVERGE, None, "admission holds but the engine returned no "
+                       f"gradient ({result.reason or 'no reason given'})")
     note = ""
     if reference is None:  # no forward-Jacobian gradient: fall back to the version graph
         reference, note = execution.gradient, " (against the version graph)"
@@ -65,8 +64,8 @@ def bytes_verdict(result: EngineResult, execution: Execution) -> Verdict:
         if not d.exact:
             notes.append(f"{label}: " + "; ".join(d.notes))
     if notes:
-        return Verdict("diverge", float(total), "; ".join(notes))
-    return Verdict("match", 0.0, f"final state and {len(replayed)} segment replays exact "
+        return Verdict(Outcome.DIVERGE, float(total), "; ".join(notes))
+    return Verdict(Outcome.MATCH, 0.0, f"final state and {len(replayed)} segment replays exact "
                    "(bytes and generator)")
 
 
@@ -106,7 +105,7 @@ def engine_records(program: Program, execution: Execution,
     adds the mutants as controls: one ``mutant:...`` record each, see
     :func:`mutant_records`.
     """
-    label = program_id or program.name or program.sha256[:16]
+    label = program_label(program, program_id)
     sha = program.sha256
     records: list[Record] = []
     for name, engine in _engines(engines):
@@ -114,13 +113,12 @@ def engine_records(program: Program, execution: Execution,
         try:
             result, grad, byt, seconds = _run(engine, execution, reference_gradient)
         except Exception as exc:  # one record per check, never dropped
-            msg = f"{type(exc).__name__}: {exc}"
-            records += [Record(label, sha, c, name, "error", None, msg,
-                               time.perf_counter() - t0) for c in (GRADIENT, BYTES)]
+            err = Verdict(Outcome.ERROR, None, f"{type(exc).__name__}: {exc}")
+            records += [make_record(label, sha, c, err, time.perf_counter() - t0, name)
+                        for c in (GRADIENT, BYTES)]
             continue
         for check, v in ((GRADIENT, grad), (BYTES, byt)):
-            records.append(Record(label, sha, check, name, v.outcome, v.max_abs_err, v.detail,
-                                  seconds, dict(result.metrics)))
+            records.append(make_record(label, sha, check, v, seconds, name, result.metrics))
     if mutants:
         names = None if mutants is True else mutants
         records += mutant_records(program, execution, reference_gradient, names, label)
@@ -134,7 +132,7 @@ def mutant_records(program: Program, execution: Execution,
     """One control record per mutant (default: every registered one): ``check`` and
     ``engine`` are its name; ``detected`` when its gradient or bytes check diverges (or
     it raises), ``missed`` when both match."""
-    label = program_id or program.name or program.sha256[:16]
+    label = program_label(program, program_id)
     sha = program.sha256
     records = []
     for name in registry.mutant_names() if mutants is None else mutants:
@@ -143,14 +141,13 @@ def mutant_records(program: Program, execution: Execution,
             result, grad, byt, seconds = _run(registry.get(name), execution,
                                               reference_gradient)
         except Exception as exc:
-            records.append(Record(label, sha, name, name, "detected", None,
-                                  f"raised {type(exc).__name__}: {exc}",
-                                  time.perf_counter() - t0))
+            raised = Verdict(Outcome.DETECTED, None, f"raised {type(exc).__name__}: {exc}")
+            records.append(make_record(label, sha, name, raised, time.perf_counter() - t0,
+                                       name))
             continue
         found = [f"{c}: {v.detail}" for c, v in ((GRADIENT, grad), (BYTES, byt))
-                 if v.outcome == "diverge"]
-        records.append(Record(label, sha, name, name, "detected" if found else "missed",
-                              grad.max_abs_err,
-                              "; ".join(found) or "gradient and bytes both matched", seconds,
-                              dict(result.metrics)))
+                 if v.outcome is Outcome.DIVERGE]
+        v = Verdict(Outcome.DETECTED if found else Outcome.MISSED, grad.max_abs_err,
+                    "; ".join(found) or "gradient and bytes both matched")
+        records.append(make_record(label, sha, name, v, seconds, name, result.metrics))
     return records

@@ -1,7 +1,14 @@
-"""Check records and the tolerance of SPEC §5: one record per (program, check, engine)."""
+"""Check records and the tolerance of SPEC §5: one record per (program, check, engine).
+
+Check names and outcomes are ``str`` enums (:class:`Check`, :class:`Outcome`): they
+compare equal to, and serialise as, the strings SPEC §5 names. A mutant's check is its
+registered name (``mutant:...``), a plain string. :func:`make_record` is the one way
+the checkers build a record.
+"""
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -9,10 +16,47 @@ import numpy as np
 
 from replayverify.programs.tolerance import tolerance
 
-OUTCOMES = ("match", "diverge", "unsupported", "rejected", "error", "detected", "missed")
-FAILING = ("diverge", "error", "missed")
-__all__ = ["FAILING", "OUTCOMES", "Record", "max_abs_err", "run_is_clean", "tolerance",
-           "undetected_mutants"]
+
+class StrEnum(str, enum.Enum):
+    """A ``str`` enum whose ``str()`` and format are its value (``enum.StrEnum`` is 3.11+)."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+
+class Outcome(StrEnum):
+    """What one check concluded (SPEC §5)."""
+
+    MATCH = "match"
+    DIVERGE = "diverge"
+    UNSUPPORTED = "unsupported"
+    REJECTED = "rejected"
+    ERROR = "error"
+    DETECTED = "detected"
+    MISSED = "missed"
+
+
+class Check(StrEnum):
+    """The checks of SPEC §5, in the order ``check`` reports them, then the two
+    pseudo-checks of records that judge no artifact (``load``, ``program``)."""
+
+    GRADIENT = "gradient"
+    FORWARD_JACOBIAN = "forward-jacobian"
+    COMPLEX_STEP = "complex-step"
+    BYTES = "bytes"
+    FINAL_STORAGE = "control:final-storage"
+    WRONG_RNG = "control:wrong-rng"
+    LOAD = "load"  # an input file loading refused
+    PROGRAM = "program"  # a suite program that errored or timed out as a whole
+
+
+OUTCOMES = tuple(Outcome)
+FAILING = frozenset({Outcome.DIVERGE, Outcome.ERROR, Outcome.MISSED})
+CONTROL_PREFIX = "control:"
+MUTANT_PREFIX = "mutant:"
+__all__ = ["FAILING", "OUTCOMES", "Check", "Outcome", "Record", "make_record", "max_abs_err",
+           "program_label",
+           "run_is_clean", "tolerance", "undetected_mutants"]
 
 
 @dataclass(frozen=True)
@@ -21,30 +65,36 @@ class Record:
 
     program: str
     sha256: str
-    check: str
+    check: Check | str
     engine: str
-    outcome: str
+    outcome: Outcome
     max_abs_err: float | None
     detail: str = ""
     seconds: float = 0.0
     metrics: dict = field(default_factory=dict)  # retained_bytes, temporary_bytes, replayed_ops
 
     def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"unknown outcome {self.outcome!r}")
+        try:
+            object.__setattr__(self, "outcome", Outcome(self.outcome))
+        except ValueError:
+            raise ValueError(f"unknown outcome {self.outcome!r}") from None
+        if self.check in Check._value2member_map_:
+            object.__setattr__(self, "check", Check(self.check))
 
     @property
     def is_mutant(self) -> bool:
-        return self.check.startswith("mutant:")
+        return self.check.startswith(MUTANT_PREFIX)
 
     @property
     def failing(self) -> bool:
         """A failure by itself. A mutant missed on one program is not: a mutant fails a
         run only when no program of the run detects it (see :func:`undetected_mutants`)."""
-        return self.outcome in FAILING and not (self.is_mutant and self.outcome == "missed")
+        return self.outcome in FAILING and not (self.is_mutant
+                                                and self.outcome is Outcome.MISSED)
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["check"], d["outcome"] = str(self.check), str(self.outcome)
         metrics = d.pop("metrics")
         d.update(metrics)
         return d
@@ -61,12 +111,24 @@ class Record:
                    metrics=extra)
 
 
+def program_label(program, program_id: str | None = None) -> str:
+    """The ``program`` field of a program's records: its id, else its name, else its hash."""
+    return program_id or program.name or program.sha256[:16]
+
+
+def make_record(program: str, sha256: str, check: Check | str, verdict, seconds: float = 0.0,
+                engine: str = "", metrics: dict | None = None) -> Record:
+    """A record from a verdict (anything with ``outcome``, ``max_abs_err``, ``detail``)."""
+    return Record(program, sha256, check, engine, verdict.outcome, verdict.max_abs_err,
+                  verdict.detail, seconds, dict(metrics or {}))
+
+
 def undetected_mutants(records: list[Record]) -> list[str]:
     """Mutants that some program ran but no program detected: each fails the run."""
     seen: dict[str, bool] = {}
     for r in records:
         if r.is_mutant:
-            seen[r.check] = seen.get(r.check, False) or r.outcome == "detected"
+            seen[r.check] = seen.get(r.check, False) or r.outcome is Outcome.DETECTED
     return sorted(name for name, found in seen.items() if not found)
 
 

@@ -1,4 +1,8 @@
-"""Suite outputs: summary.json, report.md, JUnit XML, and shrunk reproducers."""
+"""Suite outputs: summary.json, report.md and JUnit XML.
+
+The failures a report lists (with their shrunk reproducers) are made by
+``verifier.shrink.shrink_failures`` and passed in: this module only renders.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,16 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from replayverify.verifier.records import Record, run_is_clean, undetected_mutants
+from replayverify.verifier.records import (
+    CONTROL_PREFIX,
+    MUTANT_PREFIX,
+    Outcome,
+    Record,
+    run_is_clean,
+    undetected_mutants,
+)
 
-CONTROL_OUTCOMES = ("detected", "missed", "unsupported", "error")
+CONTROL_OUTCOMES = (Outcome.DETECTED, Outcome.MISSED, Outcome.UNSUPPORTED, Outcome.ERROR)
 
 
 def record_key(r: Record) -> str:
@@ -20,9 +31,9 @@ def record_key(r: Record) -> str:
 
 def control_name(r: Record) -> str | None:
     """Controls and engine mutants are counted in ``controls``; other records are not."""
-    if r.check.startswith("control:") or r.check.startswith("mutant:"):
+    if r.check.startswith(CONTROL_PREFIX) or r.is_mutant:
         return r.check
-    if r.engine.startswith("mutant:") and r.outcome in ("detected", "missed"):
+    if r.engine.startswith(MUTANT_PREFIX) and r.outcome in (Outcome.DETECTED, Outcome.MISSED):
         return r.engine
     return None
 
@@ -135,7 +146,7 @@ def render_report(summary: dict, failures: list[dict], command: str) -> str:
 def write_junit(path: Path, records: list[Record], seconds: float) -> None:
     """One test case per record; failing outcomes are failures, unsupported are skipped."""
     fails = sum(r.failing for r in records)
-    skips = sum(r.outcome == "unsupported" for r in records)
+    skips = sum(r.outcome is Outcome.UNSUPPORTED for r in records)
     out = ['<?xml version="1.0" encoding="UTF-8"?>',
            f'<testsuite name="replayverify" tests="{len(records)}" failures="{fails}" '
            f'skipped="{skips}" time="{seconds:.3f}">']
@@ -145,7 +156,7 @@ def write_junit(path: Path, records: list[Record], seconds: float) -> None:
         if r.failing:
             out.append(f"  <testcase {attrs}><failure message={quoteattr(r.outcome)}>"
                        f"{escape(r.detail)}</failure></testcase>")
-        elif r.outcome == "unsupported":
+        elif r.outcome is Outcome.UNSUPPORTED:
             out.append(f"  <testcase {attrs}><skipped message={quoteattr(r.detail)}/>"
                        "</testcase>")
         else:
@@ -154,59 +165,10 @@ def write_junit(path: Path, records: list[Record], seconds: float) -> None:
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
-def shrink_failures(out: Path, records: list[Record], engines: tuple[str, ...] | None,
-                    mutants: bool, limit: int) -> list[dict]:
-    """Shrink the first failure of each failing program (up to ``limit`` programs)."""
-    from replayverify.programs.format import save_program
-    from replayverify.verifier.check import check_program
-    from replayverify.verifier.shrink import shrink
-    from replayverify.verifier.suite import ProgramId
-
-    failures, seen = [], set()
-    for r in records:
-        if not r.failing or r.program in seen:
-            continue
-        seen.add(r.program)
-        entry = {"program": r.program, "check": r.check, "engine": r.engine,
-                 "outcome": r.outcome, "detail": r.detail,
-                 "replay": f"replayverify replay {r.program}" + _engine_flag(r.engine, mutants)}
-        if len(failures) < limit and r.check != "program":
-            program, _ = ProgramId.parse(r.program).build()
-            engine_arg = (r.engine,) if r.engine else ()
-
-            def still_fails(p, r=r, engine_arg=engine_arg):
-                got = check_program(p, program_id=r.program, engines=engine_arg or None,
-                                    checks=None if r.is_mutant else (r.check,),
-                                    mutants=mutants and r.is_mutant)
-                return any(x.failing and x.check == r.check and x.engine == r.engine
-                           for x in got)
-
-            small = shrink(program, still_fails)
-            path = out / "failures" / f"{r.program}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_program(small, path)
-            cmd = f"replayverify check {path}" + _engine_flag(r.engine, mutants)
-            path.with_suffix(".txt").write_text(cmd + "\n", encoding="utf-8")
-            entry.update(shrunk=str(path), shrunk_ops=len(small.ops), check_command=cmd)
-        failures.append(entry)
-    return failures
-
-
-def _engine_flag(engine: str, mutants: bool) -> str:
-    """The option that makes ``check``/``replay`` run the engine a record names."""
-    if not engine:
-        return ""
-    if mutants and engine.startswith("mutant:"):
-        return " --mutants"
-    return f" --engine {engine}"
-
-
-def write_outputs(cfg, records: list[Record], stats: list[dict], seconds: float) -> dict:
-    """summary.json, report.md (and JUnit XML), with shrunk reproducers for failures."""
-    failures = []
-    if any(r.failing for r in records):
-        failures = shrink_failures(cfg.out, records, cfg.engines, cfg.mutants,
-                                   cfg.max_shrink if cfg.shrink else 0)
+def write_outputs(cfg, records: list[Record], stats: list[dict], seconds: float,
+                  failures: list[dict]) -> dict:
+    """summary.json, report.md (and JUnit XML); ``failures`` as ``shrink_failures`` made
+    them."""
     extra = {"family": cfg.family or "mixed", "shard": f"{cfg.shard[0]}/{cfg.shard[1]}",
              "undetected_mutants": undetected_mutants(records)}
     summary = summarize(records, stats, programs=len(stats), seed=cfg.seed, seconds=seconds,

@@ -5,15 +5,21 @@ only while it still fails the same check on the same engine. Passes, repeated un
 none makes progress: delete ops (halves, quarters, ..., single ops), merge segments,
 simplify coefficients, shrink view extents, drop init entries and inputs, flatten loss
 weights, and remove views and buffers nothing uses.
+
+:func:`shrink_failures` is what the suite runs on its failing records: it shrinks the
+first failure of each failing program and writes the reproducers; the report module
+only renders the entries it returns.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
-from replayverify.programs.format import load_program, program_to_dict
+from replayverify.programs.format import load_program, program_to_dict, save_program
 from replayverify.programs.model import Program, ProgramError
+from replayverify.verifier.records import MUTANT_PREFIX, Check, Record
 
 Doc = dict
 
@@ -139,3 +145,52 @@ def shrink(program: Program, still_fails: Callable[[Program], bool],
     except ProgramError:
         pass
     return best
+
+
+def shrink_failures(out: Path, records: list[Record], build: Callable[[str], Program], *,
+                    mutants: bool, limit: int) -> list[dict]:
+    """Shrink the first failure of each failing program (up to ``limit`` programs).
+
+    ``build`` makes the program a record's ``program`` field names. Each shrunk program
+    is saved under ``out/failures/`` with the command that checks it; every failing
+    program gets an entry (program, check, engine, outcome, detail, replay command, and
+    for the shrunk ones the reproducer's path, op count and check command).
+    """
+    from replayverify.verifier.check import check_program
+
+    failures, seen = [], set()
+    for r in records:
+        if not r.failing or r.program in seen:
+            continue
+        seen.add(r.program)
+        entry = {"program": r.program, "check": str(r.check), "engine": r.engine,
+                 "outcome": str(r.outcome), "detail": r.detail,
+                 "replay": f"replayverify replay {r.program}" + engine_flag(r.engine, mutants)}
+        if len(failures) < limit and r.check != Check.PROGRAM:
+            engine_arg = (r.engine,) if r.engine else ()
+
+            def still_fails(p, r=r, engine_arg=engine_arg):
+                got = check_program(p, program_id=r.program, engines=engine_arg or None,
+                                    checks=None if r.is_mutant else (r.check,),
+                                    mutants=mutants and r.is_mutant)
+                return any(x.failing and x.check == r.check and x.engine == r.engine
+                           for x in got)
+
+            small = shrink(build(r.program), still_fails)
+            path = out / "failures" / f"{r.program}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_program(small, path)
+            cmd = f"replayverify check {path}" + engine_flag(r.engine, mutants)
+            path.with_suffix(".txt").write_text(cmd + "\n", encoding="utf-8")
+            entry.update(shrunk=str(path), shrunk_ops=len(small.ops), check_command=cmd)
+        failures.append(entry)
+    return failures
+
+
+def engine_flag(engine: str, mutants: bool) -> str:
+    """The option that makes ``check``/``replay`` run the engine a record names."""
+    if not engine:
+        return ""
+    if mutants and engine.startswith(MUTANT_PREFIX):
+        return " --mutants"
+    return f" --engine {engine}"

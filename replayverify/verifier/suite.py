@@ -26,7 +26,9 @@ import numpy as np
 from replayverify.programs.generate import FAMILIES, generate_with_attempts
 from replayverify.programs.interpreter import Execution
 from replayverify.programs.model import Program
-from replayverify.verifier.records import Record
+from replayverify.verifier.compare import Verdict
+from replayverify.verifier.records import Check, Record, make_record
+from replayverify.verifier.records import Outcome as Verdicts
 
 SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex")  # the default suite's mix
 DEFAULT_TIMEOUT = 60.0
@@ -140,7 +142,7 @@ def program_stats(ex: Execution, attempts: int) -> dict:
         "overlapping_writes": overlapping,
         "integer_aliases": aliases,
         "hazards": len(stale_operands(ex)) if ex.admission.supported else 0,
-        "draws": sum(kinds[k] for k in ("noise", "dropout")),
+        "draws": sum(1 for op in program.ops if op.spec.draws),
         "strided_views": sum(1 for v in program.views if any(
             s != v.itemsize * (v.shape[-1] if j < len(v.shape) - 1 else 1)
             for j, s in enumerate(v.strides))),
@@ -178,8 +180,8 @@ def run_job(job: Job) -> Outcome:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
     sha = program.sha256 if program is not None else ""
-    rec = Record(pid, sha, "program", "", "error", None, detail,
-                 round(time.perf_counter() - start, 6))
+    rec = make_record(pid, sha, Check.PROGRAM, Verdict(Verdicts.ERROR, None, detail),
+                      round(time.perf_counter() - start, 6))
     return Outcome(pid, [rec], {})
 
 
@@ -256,6 +258,7 @@ def run_suite(cfg: SuiteConfig,
               on_program: Callable[[Outcome | None, int], None] | None = None) -> dict:
     """Run (or resume) a suite; returns the summary (also written to summary.json)."""
     from replayverify.verifier.report import write_outputs
+    from replayverify.verifier.shrink import shrink_failures
 
     start = time.perf_counter()
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
@@ -282,7 +285,16 @@ def run_suite(cfg: SuiteConfig,
             if on_program is not None:
                 on_program(outcome, 1)
     records = read_records(cfg.out / "records.jsonl")
-    return write_outputs(cfg, records, stats, time.perf_counter() - start)
+    failures = []
+    if any(r.failing for r in records):
+        failures = shrink_failures(cfg.out, records, build_program, mutants=cfg.mutants,
+                                   limit=cfg.max_shrink if cfg.shrink else 0)
+    return write_outputs(cfg, records, stats, time.perf_counter() - start, failures)
+
+
+def build_program(program_id: str) -> Program:
+    """The suite program a record's ``program`` field names (``s<seed>/<family>/<index>``)."""
+    return ProgramId.parse(program_id).build()[0]
 
 
 def read_records(path: Path) -> list[Record]:

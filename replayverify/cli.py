@@ -7,7 +7,6 @@ or a rejected input file. A rejected file gives one line on stderr, never a trac
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 
 import click
@@ -17,6 +16,7 @@ from replayverify.gpu.cli import gpu_group
 from replayverify.planner.cli import plan_command
 from replayverify.programs.format import load_program, program_sha256
 from replayverify.programs.model import DEFAULT_MAX_BYTES, Program, ProgramError
+from replayverify.untrusted import dumps, one_line
 
 
 def fail_usage(message: str) -> None:
@@ -29,7 +29,7 @@ def load_or_exit(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     try:
         return load_program(path, max_bytes=max_bytes)
     except ProgramError as exc:
-        fail_usage(f"{path}: rejected: {exc}")
+        fail_usage(f"{one_line(path, 80)}: rejected: {exc}")
         raise  # unreachable
 
 
@@ -77,7 +77,7 @@ def run(file: str, as_json: bool, max_bytes: int) -> None:
     """
     doc = run_document(load_or_exit(file, max_bytes))
     if as_json:
-        click.echo(json.dumps(doc, allow_nan=True))
+        click.echo(dumps(doc))
         return
     click.echo(f"program  {doc['program'] or '(unnamed)'}  sha256 {doc['sha256']}")
     for name, digest in doc["buffers"].items():
@@ -146,7 +146,7 @@ def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], 
         try:
             program = load_program(path, max_bytes=max_bytes)
         except ProgramError as exc:
-            got, rejected = [rejected_record(path, str(exc))], True
+            got, rejected = [rejected_record(one_line(path, 80), str(exc))], True
         else:
             if policy is not None and len(policy.policy) != len(program.segments):
                 fail_usage(f"{path}: --policy has {len(policy.policy)} entries but the program "
@@ -369,7 +369,7 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
     """
     from replayverify.engines.profile import profile_card
 
-    card = json.dumps(profile_card(load_or_exit(file, max_bytes)), indent=2)
+    card = dumps(profile_card(load_or_exit(file, max_bytes)), indent=2)
     if out:
         with open(out, "w", encoding="utf-8") as fh:
             fh.write(card + "\n")

@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from replayverify.programs.arrays import array_namespace, scatter_add, to_host
+from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import (
     FORWARD,
     REVERSE,
@@ -351,6 +352,7 @@ def _back_op(tape: Tape, adj: dict[str, Any], k: int, rec: Recovered) -> None:
             scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 
 
+@quiet
 def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
                    admission: Admission | None = None, xp: ModuleType | None = None
                    ) -> EngineResult:

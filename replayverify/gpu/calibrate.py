@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import json
 import platform
 import time
 import tracemalloc
@@ -60,6 +59,7 @@ import numpy as np
 from replayverify.gpu import journal as jr
 from replayverify.gpu.backend import get_xp, is_cupy_module
 from replayverify.gpu.report import METHODS, MIB, markdown, plot, profile_card, size_text, targets
+from replayverify.untrusted import dumps
 
 WORKLOADS = ("queue", "prototype", "recurrence")
 ROW_BYTES = {"queue": 512, "prototype": 1024, "recurrence": 2048}
@@ -670,12 +670,12 @@ def calibrate(
         card = profile_card(cell)
         if card is not None:
             path = out / "profiles" / f"{card['name']}.json"
-            path.write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+            path.write_text(dumps(card, indent=1) + "\n", encoding="utf-8")
             cards.append(str(path.relative_to(out)))
     doc["profiles"] = cards
     note = plot(doc, out / "calibration.png")
     doc["plot"] = note
-    (out / "calibration.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    (out / "calibration.json").write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
     (out / "calibration.md").write_text(markdown(doc, note), encoding="utf-8")
     return doc
 

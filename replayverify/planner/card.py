@@ -9,13 +9,22 @@ the state-agnostic control plans without them.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
+
+from replayverify.untrusted import (
+    MAX_SHOWN,
+    InputError,
+    has_surrogate,
+    load_json,
+    one_line,
+    read_document,
+    shown,
+)
 
 FORMAT = "replayverify.profile"
 VERSION = 1
@@ -29,13 +38,11 @@ _COST_KEYS = ("retained", "temporary", "time")
 _STATE_KEYS = ("state_retained", "state_temporary", "state_time")
 
 
-class CardError(ValueError):
-    """A profile card that the planner refuses. ``field`` names where, ``reason`` says why."""
+class CardError(InputError):
+    """A profile card that the planner refuses. ``field`` names where, ``reason`` says why.
 
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
+    The message is one line (control characters escaped, at most MAX_MESSAGE characters).
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +115,8 @@ def _obj(value: Any, field: str, required: tuple[str, ...], optional: tuple[str,
     if not isinstance(value, dict):
         raise CardError(field, f"must be an object, got {type(value).__name__}")
     known = set(required) | set(optional)
-    unknown = sorted(k for k in value if k not in known)
+    unknown = sorted(one_line(k, MAX_SHOWN) if isinstance(k, str) else shown(k)
+                     for k in value if k not in known)
     if unknown:
         raise CardError(f"{field}.{unknown[0]}" if field else unknown[0], "unknown key")
     for key in required:
@@ -122,22 +130,25 @@ def _bytes(value: Any, field: str) -> int:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CardError(field, f"must be a whole number of bytes, got {value!r}")
+        raise CardError(field, f"must be a whole number of bytes, got {shown(value)}")
     if value < 0:
-        raise CardError(field, f"must be >= 0, got {value}")
+        raise CardError(field, f"must be >= 0, got {shown(value)}")
     if value > MAX_TOTAL_BYTES:
-        raise CardError(field, f"must be <= {MAX_TOTAL_BYTES}, got {value}")
+        raise CardError(field, f"must be <= {MAX_TOTAL_BYTES}, got {shown(value)}")
     return value
 
 
 def _time(value: Any, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CardError(field, f"must be a number, got {value!r}")
-    out = float(value)
+        raise CardError(field, f"must be a number, got {shown(value)}")
+    try:
+        out = float(value)
+    except OverflowError:  # an integer beyond float64's range
+        raise CardError(field, f"must be finite, got {shown(value)} (beyond float64)") from None
     if not math.isfinite(out):
-        raise CardError(field, f"must be finite, got {value!r}")
+        raise CardError(field, f"must be finite, got {shown(value)}")
     if out < 0:
-        raise CardError(field, f"must be >= 0, got {value!r}")
+        raise CardError(field, f"must be >= 0, got {shown(value)}")
     return out
 
 
@@ -156,7 +167,8 @@ def _option(value: Any, field: str) -> OptionCost:
     ):
         if part > total:
             whole = key.removeprefix("state_")
-            raise CardError(f"{field}.{key}", f"must be <= {whole} ({total!r}), got {part!r}")
+            raise CardError(f"{field}.{key}",
+                            f"must be <= {whole} ({shown(total)}), got {shown(part)}")
     return OptionCost(retained, temporary, time, s_ret, s_tmp, s_time)
 
 
@@ -164,7 +176,9 @@ def _segment(value: Any, field: str, index: int) -> SegmentCard:
     doc = _obj(value, field, ("options",), ("name",))
     name = doc.get("name", f"s{index}")
     if not isinstance(name, str) or not name:
-        raise CardError(f"{field}.name", f"must be a non-empty string, got {name!r}")
+        raise CardError(f"{field}.name", f"must be a non-empty string, got {shown(name)}")
+    if has_surrogate(name):
+        raise CardError(f"{field}.name", f"{shown(name)} holds a lone surrogate (not Unicode)")
     opts = _obj(doc["options"], f"{field}.options", (), OPTIONS)
     if not opts:
         raise CardError(f"{field}.options", "a segment needs at least one option")
@@ -177,13 +191,15 @@ def _segment(value: Any, field: str, index: int) -> SegmentCard:
 def parse_card(doc: Any) -> Card:
     """Validate a card given as a decoded JSON object; raise :class:`CardError` if bad."""
     doc = _obj(doc, "", ("format", "version", "persistent_bytes", "segments"), ("name",))
-    if doc["format"] != FORMAT:
-        raise CardError("format", f"must be {FORMAT!r}, got {doc['format']!r}")
-    if isinstance(doc["version"], bool) or doc["version"] != VERSION:
-        raise CardError("version", f"must be {VERSION}, got {doc['version']!r}")
+    if not isinstance(doc["format"], str) or doc["format"] != FORMAT:
+        raise CardError("format", f"must be {FORMAT!r}, got {shown(doc['format'])}")
+    if type(doc["version"]) is not int or doc["version"] != VERSION:
+        raise CardError("version", f"must be {VERSION}, got {shown(doc['version'])}")
     name = doc.get("name", "")
     if not isinstance(name, str):
-        raise CardError("name", f"must be a string, got {name!r}")
+        raise CardError("name", f"must be a string, got {shown(name)}")
+    if has_surrogate(name):
+        raise CardError("name", f"{shown(name)} holds a lone surrogate (not Unicode)")
     persistent = _bytes(doc["persistent_bytes"], "persistent_bytes")
     raw = doc["segments"]
     if not isinstance(raw, list):
@@ -196,7 +212,7 @@ def parse_card(doc: Any) -> Card:
         if seg.name in seen:
             first = seen[seg.name]
             raise CardError(
-                f"segments[{i}].name", f"duplicate name {seg.name!r} (also segments[{first}])"
+                f"segments[{i}].name", f"duplicate name {shown(seg.name)} (also segments[{first}])"
             )
         seen[seg.name] = i
     total = persistent + sum(max(c.retained for _, c in s.options) for s in segments)
@@ -205,29 +221,22 @@ def parse_card(doc: Any) -> Card:
         raise CardError(
             "segments", f"byte totals exceed {MAX_TOTAL_BYTES} (2^63 - 1); cannot plan exactly"
         )
+    slowest = [max(c.time for _, c in s.options) for s in segments]
+    if not math.isfinite(sum(slowest)):  # Python floats overflow to inf, silently
+        raise CardError("segments", "time totals overflow float64 (sum of the segments' "
+                        "largest times is beyond 1.8e308)")
     return Card(persistent, segments, name)
 
 
-def _reject_constant(name: str) -> Any:
-    raise CardError("json", f"{name} is not a JSON number")
-
-
-def loads_card(text: str) -> Card:
-    """Parse and validate a card from JSON text (NaN and Infinity are refused)."""
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise CardError("json", f"not valid JSON ({exc})") from None
-    return parse_card(doc)
+def loads_card(text: str | bytes) -> Card:
+    """Parse and validate a card from untrusted JSON text (the limits of
+    :func:`replayverify.untrusted.load_json`; NaN and Infinity are refused)."""
+    return parse_card(load_json(text, error=CardError))
 
 
 def load_card(path: str | Path) -> Card:
     """Read, parse and validate a card file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CardError("file", f"cannot read {str(path)!r} ({exc})") from None
-    return loads_card(text)
+    return parse_card(read_document(path, error=CardError, field="file"))
 
 
 # --- budgets --------------------------------------------------------------------------------
@@ -248,20 +257,28 @@ def parse_budget(text: str | int) -> int:
     Raises :class:`CardError` with field ``budget``.
     """
     if isinstance(text, bool):
-        raise CardError("budget", f"must be bytes or a size like 44GiB, got {text!r}")
+        raise CardError("budget", f"must be bytes or a size like 44GiB, got {shown(text)}")
     if isinstance(text, int):
         if text < 0:
-            raise CardError("budget", f"must be >= 0, got {text}")
+            raise CardError("budget", f"must be >= 0, got {shown(text)}")
+        if text > MAX_TOTAL_BYTES:
+            raise CardError("budget", f"must be <= {MAX_TOTAL_BYTES} (2^63 - 1), got "
+                            f"{shown(text)}")
         return text
-    match = _BUDGET.match(str(text))
+    if not isinstance(text, str) or len(text) > 64:
+        raise CardError("budget", f"must be bytes or a size like 44GiB, got {shown(text)}")
+    match = _BUDGET.match(text)
     if not match or match.group(2).lower() not in _UNITS:
-        raise CardError("budget", f"must be bytes or a size like 44GiB, got {text!r}")
+        raise CardError("budget", f"must be bytes or a size like 44GiB, got {shown(text)}")
     try:
         value = Decimal(match.group(1)) * _UNITS[match.group(2).lower()]
     except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
-        raise CardError("budget", f"not a number: {text!r}") from None
+        raise CardError("budget", f"not a number: {shown(text)}") from None
     if value != value.to_integral_value():
-        raise CardError("budget", f"{text!r} is not a whole number of bytes")
+        raise CardError("budget", f"{shown(text)} is not a whole number of bytes")
+    if value > MAX_TOTAL_BYTES:
+        raise CardError("budget", f"{shown(text)} is more than {MAX_TOTAL_BYTES} bytes "
+                        "(2^63 - 1), the most the planner counts exactly")
     return int(value)
 
 

@@ -7,13 +7,12 @@ Exit status: 0 when a policy fits the budget, 1 when none does (or, with
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from replayverify.planner.card import OPTIONS, Card, CardError, format_bytes, load_card
 from replayverify.planner.card import parse_budget as _parse_budget
 from replayverify.planner.plan import Plan, plan
+from replayverify.untrusted import dumps, one_line
 
 
 def _describe(card: Card, result: Plan) -> list[str]:
@@ -108,7 +107,7 @@ def plan_command(
         limit = _parse_budget(budget)
         loaded = load_card(card)
     except CardError as exc:
-        where = "" if exc.field == "budget" else f"{card}: rejected: "
+        where = "" if exc.field == "budget" else f"{one_line(card, 80)}: rejected: "
         click.echo(f"replayverify: {where}{exc}", err=True)
         ctx.exit(2)
     try:
@@ -123,7 +122,7 @@ def plan_command(
         click.echo(f"replayverify: {exc}", err=True)
         ctx.exit(2)
     if as_json:
-        click.echo(json.dumps(result.to_json()))
+        click.echo(dumps(result.to_json()))
     else:
         click.echo("\n".join(_describe(loaded, result)))
     ctx.exit(0 if result.feasible else 1)

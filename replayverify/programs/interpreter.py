@@ -17,6 +17,7 @@ from types import ModuleType
 import numpy as np
 
 from replayverify.programs.arrays import array_namespace, scatter_add
+from replayverify.programs.errstate import quiet
 from replayverify.programs.model import DTYPES, Op, OpKind, Program
 from replayverify.programs.philox import RngState, keep_mask, normals, uniforms, words
 from replayverify.programs.state import Snapshot, State, ViewLayout, initial_state, layouts
@@ -392,6 +393,7 @@ def given_draws(program: Program, draws: Mapping[int, np.ndarray]) -> dict[int, 
     return out
 
 
+@quiet
 def execute(program: Program, *, record_boundaries: bool = True,
             forward: dict[OpKind, ForwardRule] = FORWARD,
             draws: Mapping[int, np.ndarray] | None = None) -> Execution:
@@ -462,6 +464,7 @@ def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
     np.add.at(adj, vids[mask], contrib[mask])
 
 
+@quiet
 def reverse_sweep(ex: Execution, reverse: dict[OpKind, ReverseRule | None] = REVERSE,
                   operands: Callable[[OpRecord], Operands] | None = None) -> np.ndarray:
     """vbar_p(k) += vbar_k * f_k'(v_p(k)) over the version graph, in reverse op order.

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayverify.untrusted import InputError
+
 FORMAT = "replayverify.program"
 VERSION = 1
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -25,13 +27,11 @@ FLOAT_DTYPES = ("float64", "float32")
 INT_DTYPES = ("int64", "int32")
 
 
-class ProgramError(ValueError):
-    """A program that SPEC §2 refuses. ``field`` names where, ``reason`` says why."""
+class ProgramError(InputError):
+    """A program that SPEC §2 refuses. ``field`` names where, ``reason`` says why.
 
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
+    The message is one line (control characters escaped, at most MAX_MESSAGE characters).
+    """
 
 
 class OpKind(str, enum.Enum):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from replayverify.engines.base import Engine
+from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import Execution, execute
 from replayverify.programs.model import Program
 from replayverify.programs.state import layouts
@@ -114,6 +115,7 @@ def _error(label: str, sha: str, check: Check | str, exc: BaseException,
     return make_record(label, sha, check, error_verdict(exc), seconds, engine)
 
 
+@quiet
 def check_execution(
     ex: Execution,
     *,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import ViewLayout, initial_state, layouts
@@ -102,6 +103,7 @@ class _Imag:
         self.imag[layout.view.buffer][:, starts // WORD] = imag
 
 
+@quiet
 def complex_step(
     program: Program,
     *,

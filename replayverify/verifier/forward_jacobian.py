@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import ViewLayout, initial_state, layouts
@@ -193,6 +194,7 @@ class _Shadow:
         return f"{where}: its bytes are not one float write of this element's address"
 
 
+@quiet
 def forward_jacobian(
     program: Program,
     *,

@@ -9,12 +9,12 @@ the checkers build a record.
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from replayverify.programs.tolerance import tolerance
+from replayverify.untrusted import decode_float, dumps
 
 
 class StrEnum(str, enum.Enum):
@@ -100,13 +100,14 @@ class Record:
         return d
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=False, allow_nan=False)
+        return dumps(self.to_dict(), sort_keys=False)
 
     @classmethod
     def from_dict(cls, d: dict) -> Record:
         base = {k: d[k] for k in ("program", "sha256", "check", "engine", "outcome",
                                   "max_abs_err")}
         extra = {k: v for k, v in d.items() if k not in base and k not in ("detail", "seconds")}
+        base["max_abs_err"] = decode_float(base["max_abs_err"])
         return cls(**base, detail=d.get("detail", ""), seconds=d.get("seconds", 0.0),
                    metrics=extra)
 

@@ -6,13 +6,13 @@ The failures a report lists (with their shrunk reproducers) are made by
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from replayverify.untrusted import dumps
 from replayverify.verifier.records import (
     CONTROL_PREFIX,
     MUTANT_PREFIX,
@@ -174,7 +174,7 @@ def write_outputs(cfg, records: list[Record], stats: list[dict], seconds: float,
     summary = summarize(records, stats, programs=len(stats), seed=cfg.seed, seconds=seconds,
                         extra=extra)
     tmp = cfg.out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, cfg.out / "summary.json")
     (cfg.out / "report.md").write_text(render_report(summary, failures, cfg.command),
                                        encoding="utf-8")

@@ -26,6 +26,7 @@ import numpy as np
 from replayverify.programs.generate import FAMILIES, generate_with_attempts
 from replayverify.programs.interpreter import Execution
 from replayverify.programs.model import Program
+from replayverify.untrusted import dumps
 from replayverify.verifier.compare import Verdict
 from replayverify.verifier.records import Check, Record, make_record
 from replayverify.verifier.records import Outcome as Verdicts
@@ -275,7 +276,7 @@ def run_suite(cfg: SuiteConfig,
             rec_fh.write("".join(r.to_json() + "\n" for r in outcome.records).encode())
             rec_fh.flush()
             line = {"program": outcome.pid, **outcome.stats}
-            stat_fh.write((json.dumps(line, sort_keys=True) + "\n").encode())
+            stat_fh.write((dumps(line, sort_keys=True) + "\n").encode())
             stat_fh.flush()
             stats.append(line)
             done += 1

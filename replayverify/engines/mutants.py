@@ -3,7 +3,9 @@
 Every mutant is a small variation of a real strategy (one method or one table) and is
 registered, next to the real engines, in ``replayverify.engines.registry``. The
 checkers must detect each of them on some program: a verifier that passes them all is
-not checking anything.
+not checking anything. ``hazard`` names the replay hazard its bug needs
+(``replayverify.programs.generate.HAZARDS``): the ``hazard`` family builds programs
+around each, and benchmarks/mutant_detection.py measures each mutant on them.
 """
 
 from __future__ import annotations
@@ -33,12 +35,16 @@ class RegionCurrentSegmentOnly(Region):
     """The published pitfall: the journal walked for segment s holds only s's own writes,
     so bytes s needs that a later segment overwrote are never restored."""
 
+    hazard = "destroyed-history"
+
     def undo_span(self, tape: Tape, s: int, t: int) -> tuple[int, int]:
         return s, s + 1
 
 
 class RegionUndoForwardOrder(Region):
     """Undo applied in write order: a byte written twice ends at its middle value."""
+
+    hazard = "destroyed-history"
 
     def undo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
         for e in entries:
@@ -48,12 +54,16 @@ class RegionUndoForwardOrder(Region):
 class RegionMissingRedo(Region):
     """No redo after replay: the visible state is left at B_{s+1} instead of B_T."""
 
+    hazard = "destroyed-history"
+
     def redo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
         pass
 
 
 class RegionLiveRng(Region):
     """R_s not restored before replay: the segment redraws from the visible generator."""
+
+    hazard = "draw-state"
 
     def restore_rng(self, tape: Tape, s: int, state: State) -> None:
         pass
@@ -62,6 +72,8 @@ class RegionLiveRng(Region):
 class RegionFloatWritesOnly(Region):
     """Only differentiable (float) writes journalled: integer writes over aliased bytes
     are never undone."""
+
+    hazard = "int-under-float"
 
     def journal_open(self, tape: Tape, k: int, state: State):
         if not tape.lay[tape.program.ops[k].dst].view.is_float:
@@ -76,6 +88,8 @@ class WholeRedrawNoise(Whole):
     """Replay draws fresh noise from the live generator: neither the recorded draws are
     reused nor R_s restored."""
 
+    hazard = "draw-state"
+
     def load_anchor(self, tape: Tape, s: int, state: State) -> None:
         rng = state.rng
         super().load_anchor(tape, s, state)
@@ -88,6 +102,8 @@ class WholeRedrawNoise(Whole):
 class WholeRngNotReinstated(Whole):
     """The transaction puts the visible bytes back but leaves R where replay left it."""
 
+    hazard = "draw-state"
+
     def reinstate(self, state: State, saved, rng) -> None:
         super().reinstate(state, saved, state.rng)
 
@@ -95,6 +111,8 @@ class WholeRngNotReinstated(Whole):
 class WholeMemcpyOverlap(Whole):
     """Replay copies element by element in ascending order (memcpy, not memmove): an
     overlapping copy reads elements it has already overwritten."""
+
+    hazard = "memmove"
 
     def execute(self, program: Program, k: int, state: State,
                 draws: np.ndarray | None) -> OpEvent:
@@ -120,12 +138,16 @@ def _scatter_first_wins(op, o, d, t):
 class WholeScatterFirstWins(Whole):
     """Replay's scatter lets the first duplicate index win instead of the last."""
 
+    hazard = "scatter-duplicates"
+
     forward: ClassVar[Mapping[OpKind, ForwardRule]] = {**FORWARD,
                                                        OpKind.SCATTER: _scatter_first_wins}
 
 
 class WholeAnchorAfterFirstOp(Whole):
     """The anchor is taken one op late: after the segment's first op ran."""
+
+    hazard = "destroyed-history"
 
     def begin(self, tape: Tape, s: int, state: State) -> None:
         a, b = tape.bounds[s]
@@ -148,6 +170,8 @@ class ReadSetCaptureAfterWrite(ReadSet):
     """The read set is captured after the op ran: an op whose destination overlaps its
     sources retains values it wrote, not values it read."""
 
+    hazard = "memmove"
+
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
         pass
 
@@ -159,6 +183,8 @@ class ReadSetMissingSecondOperand(ReadSet):
     """The declared read set omits an op's second operand (``y``): backward reads it
     from live storage, which later writes may have changed."""
 
+    hazard = "stale-operand"
+
     def retained_fields(self, op: Op) -> tuple[str, ...]:
         return tuple(f for f in super().retained_fields(op) if f != "y")
 
@@ -166,12 +192,16 @@ class ReadSetMissingSecondOperand(ReadSet):
 class EagerRetainedView(Eager):
     """A retained view of the live buffer instead of a copy: backward reads final storage."""
 
+    hazard = "destroyed-history"
+
     def keep_buffer(self, buf: np.ndarray) -> np.ndarray:
         return buf
 
 
 class EagerMaskFromLiveRng(Eager):
     """The dropout mask is recomputed from the live generator instead of the saved R."""
+
+    hazard = "draw-state"
 
     def rng_for(self, tape: Tape, k: int, saved_rng, state: State):
         return state.rng
@@ -203,6 +233,8 @@ class ReplayLeaksVisibleState(Whole):
     BatchNorm statistics twice"; also #62471): checkpoint recomputation re-runs the
     forward's in-place updates of module state."""
 
+    hazard = "destroyed-history"
+
     def reinstate(self, state: State, saved, rng) -> None:
         super().reinstate(state, None, rng)
 
@@ -215,6 +247,8 @@ class RecomputeDropsUnusedWrites(Whole):
     Models pytorch/pytorch#155242 ("Partitioner loses inplace ops where source is
     constant") and #113737 (in-place ops in a selective-checkpointing region are not
     preserved in the AOTAutograd joint graph)."""
+
+    hazard = "destroyed-history"
 
     def replay(self, tape: Tape, s: int, state: State,
                draws: Mapping[int, np.ndarray] | None = None) -> list:
@@ -259,6 +293,8 @@ class RecomputeReadsLiveBuffer(Whole):
     read past a later mutation), and pytorch/functorch#565 (the partitioner recomputed
     across an in-place op, giving wrong gradients)."""
 
+    hazard = "stale-operand"
+
     def load_anchor(self, tape: Tape, s: int, state: State) -> None:
         buffers, rng = tape.data[("anchor", s)]
         for name, idx in _segment_written(tape, s).items():
@@ -275,6 +311,8 @@ class EarlyStopStaleDraw(Whole):
     Models pytorch/pytorch#193671 ("Silent wrong gradients: nn.RReLU under
     non-reentrant checkpointing saves uninitialized noise", non-reentrant checkpoint's
     early stop)."""
+
+    hazard = "draw-state"
 
     def recover(self, tape: Tape, s: int, state: State) -> Recovery:
         a, b = tape.bounds[s]

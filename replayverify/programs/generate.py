@@ -46,6 +46,7 @@ class Limits:
     require_hazard: bool = False
     require_draw: bool = False
     finite: bool = True  # reject programs whose admitted gradient or values are not finite
+    hazard: str = ""  # the ``hazard`` family: which replay hazard to build around
 
 
 class _Builder:
@@ -286,6 +287,203 @@ def _alias(b: _Builder, limits: Limits, name: str) -> Program:
                      Loss(loss_view.name, b.weights(loss_view.size)), name)
 
 
+# ---------------------------------------------------------------- mixed dtypes
+
+VIEW_KINDS = ("contiguous", "strided", "2-D row-major", "2-D column-major")
+
+
+def view_kind(view: View) -> str:
+    """The layout class of a view: 1-D contiguous or strided, 2-D row- or column-major
+    (a 2-D view with one row or one column counts by its strides)."""
+    if len(view.shape) == 1:
+        return "contiguous" if view.strides[0] == view.itemsize else "strided"
+    return "2-D row-major" if view.strides[0] >= view.strides[1] else "2-D column-major"
+
+
+def _dtype_mix(b: _Builder, limits: Limits, name: str) -> Program:
+    """One buffer viewed through all four dtypes in all four view kinds.
+
+    Every dtype gets a contiguous and a stride-2 1-D view of m elements and row- and
+    column-major (2, m/2) views, at random aligned offsets. With probability 1/2 the
+    float32 views live in their own bytes (the program usually keeps its gradient);
+    otherwise all views share the buffer, so float32 reads of float64-written bytes
+    (and the reverse), reads of several writes and integer writes under float views
+    occur, and admission refuses them. Ops of every kind draw dst and sources of one
+    dtype and one shape; index views are int32 and int64, 1-D and 2-D.
+    """
+    m = int(b.pick(limits.dims))
+    h = m // 2
+    n_ops = int(b.pick(limits.n_ops))
+    separate = b.rng.random() < 0.5
+    n64 = 2 * m + 2  # float64 elements of the shared region
+    region = n64 * 8
+    nbytes = region * (3 if separate else 1)
+    state = b.buffer("state", nbytes)
+    b.fill(b.view("all", state, "float64", 0, (n64,), (8,)))
+    by_dtype: dict[str, list[View]] = {}
+    for dtype in DTYPES:
+        item = DTYPES[dtype].itemsize
+        lo = 0  # first byte of the region the dtype's views live in
+        if separate and dtype != "float64":  # float32 in the second, integers in the third
+            lo = region if dtype == "float32" else 2 * region
+        tag = dtype[0] + dtype[-2:]
+        vs = []
+        for kind, shape, strides in (("c", (m,), (item,)), ("s", (m,), (2 * item,)),
+                                     ("r", (2, h), (h * item, item)),
+                                     ("k", (2, h), (item, 2 * item))):
+            extent = sum((n - 1) * st for n, st in zip(shape, strides)) + item
+            off = lo + item * int(b.rng.integers(0, (region - extent) // item + 1))
+            vs.append(b.view(f"{tag}{kind}", state, dtype, off, shape, strides))
+        by_dtype[dtype] = vs
+    if separate:
+        b.fill(by_dtype["float32"][0], -0.9, 0.9)
+    idx = b.buffer("idx", 8 * m)
+    b.fill(b.view("ixall", idx, "int32", 0, (2 * m,), (4,)), -2 * m, 2 * m)
+    index = {("int32", 1): b.view("ix", idx, "int32", 0, (m,), (4,)),
+             ("int32", 2): b.view("ix2", idx, "int32", 0, (2, h), (4, 8)),
+             ("int64", 1): b.view("kx", idx, "int64", 0, (m,), (8,)),
+             ("int64", 2): b.view("kx2", idx, "int64", 0, (2, h), (8 * h, 8))}
+    weights = {k: 0.25 if k in INT_KINDS else 1.0 for k in OpKind}
+    for _ in range(n_ops):
+        kind = _pick_kind(b, weights)
+        if kind in INT_KINDS:
+            dtype = b.pick(["int32", "int64"])
+        elif kind in (OpKind.COPY, OpKind.GATHER, OpKind.SCATTER):
+            dtype = b.pick(list(DTYPES))
+        else:
+            dtype = b.pick(["float64", "float32"])
+        vs = by_dtype[dtype]
+        two_d = b.rng.random() < 0.5
+        same = [v for v in vs if (len(v.shape) == 2) == two_d]
+        one_d = [v for v in vs if len(v.shape) == 1]
+        if kind is OpKind.GATHER:
+            dst = b.pick(same)
+            ix = index[(b.pick(["int32", "int64"]), len(dst.shape))]
+            b.ops.append(Op(kind, dst.name, b.pick(one_d).name, index=ix.name))
+        elif kind is OpKind.SCATTER:
+            x = b.pick(same)
+            ix = index[(b.pick(["int32", "int64"]), len(x.shape))]
+            b.ops.append(Op(kind, b.pick(one_d).name, x.name, index=ix.name))
+        elif kind in INT_KINDS:
+            dst, x = b.pick(same), b.pick(same)
+            k = int(b.rng.integers(-1000, 1000)) if kind is OpKind.IADD else \
+                int(b.rng.integers(0, 2**31 - 1))
+            b.ops.append(Op(kind, dst.name, x.name, k=None if kind is OpKind.ICOPY else k))
+        elif kind is OpKind.COPY:
+            b.ops.append(Op(kind, b.pick(same).name, b.pick(same).name))
+        else:
+            b.ops.append(_float_op(b, kind, b.pick(same), same))
+    f64 = by_dtype["float64"]
+    inputs = ["f64c"] + (["f32c"] if separate else [])
+    loss_view = b.pick([b.views["all"]] + f64 + (by_dtype["float32"] if separate else []))
+    return b.program(b.rng_state(), b.segments(n_ops, limits.max_segments), inputs,
+                     Loss(loss_view.name, b.weights(loss_view.size)), name)
+
+
+# ---------------------------------------------------------------- hazards
+
+# The replay hazard each program of the ``hazard`` family is built around: program
+# ``index`` gets HAZARDS[index % len(HAZARDS)] (see :func:`hazard_of`).
+HAZARDS = ("memmove", "scatter-duplicates", "destroyed-history", "draw-state",
+           "stale-operand", "int-under-float")
+
+
+def hazard_of(index: int) -> str:
+    """The hazard that program ``index`` of the ``hazard`` family is built around."""
+    return HAZARDS[index % len(HAZARDS)]
+
+
+def _hazard(b: _Builder, limits: Limits, name: str) -> Program:
+    """A float64 program of three or four segments built around one replay hazard
+    (``limits.hazard``), with a few random float ops around it.
+
+    memmove: copies and an in-place tanh between windows shifted by d < m elements;
+    scatter-duplicates: a scatter whose index repeats positions with different values;
+    destroyed-history: segment j reads a window that segment j + 2 rewrites;
+    draw-state: dropout and noise in every segment (the state R must be reinstated);
+    stale-operand: a mul's second operand is rewritten by the next segment;
+    int-under-float: integer writes (iadd, ixor, int64) over float64 bytes.
+    """
+    hazard = limits.hazard
+    m = int(b.pick(limits.dims))
+    n = 2 * m + 2
+    state = b.buffer("state", n * 8)
+    allv = b.view("all", state, "float64", 0, (n,), (8,))
+    b.fill(allv)
+    d = int(b.rng.integers(1, m))
+    lo = b.view("lo", state, "float64", 0, (m,), (8,))
+    hi = b.view("hi", state, "float64", 8 * d, (m,), (8,))
+    far = b.view("far", state, "float64", 8 * (n - m), (m,), (8,))
+    params = b.buffer("params", m * 8)
+    p = b.view("p", params, "float64", 0, (m,), (8,))
+    b.fill(p, -0.8, 0.8)
+    pool = [lo, hi, far, p]
+
+    def filler() -> Op:
+        kind = _pick_kind(b, FLOAT_KINDS)
+        return _float_op(b, kind, b.pick([lo, hi, far]), pool)
+
+    segs: list[list[Op]] = []
+    if hazard == "memmove":
+        for _ in range(3):
+            up = Op(OpKind.COPY, hi.name, lo.name)  # shift up: memcpy reads overwritten
+            th = Op(OpKind.TANH, hi.name, lo.name, a=b.coef(0.5, 1.5, True))
+            down = Op(OpKind.COPY, lo.name, hi.name)
+            mul = Op(OpKind.MUL, lo.name, hi.name, y=lo.name)
+            core = [up, th, down, mul]
+            segs.append([filler()] + [core[j] for j in b.rng.permutation(4)])
+    elif hazard == "scatter-duplicates":
+        ix = b.view("ix", b.buffer("idx", m * 4), "int32", 0, (m,), (4,))
+        dup = b.rng.integers(-m // 2, m // 2, m)  # m draws from m positions: repeats
+        b.init.append(Init(ix.name, tuple(int(v) for v in dup)))
+        for _ in range(3):
+            segs.append([Op(OpKind.TANH, hi.name, hi.name, a=b.coef(0.5, 1.5, True)),
+                         Op(OpKind.SCATTER, far.name, hi.name, index=ix.name),
+                         Op(OpKind.MUL, lo.name, far.name, y=p.name), filler()])
+    elif hazard == "destroyed-history":  # segment j reads V[j], segment j + 2 rewrites it
+        rot = [lo, hi, far]
+        for j in range(3):
+            src, dst = rot[j % 3], rot[(j + 1) % 3]
+            segs.append([Op(OpKind.AXPBY, dst.name, dst.name, y=src.name,
+                            a=b.coef(-1.2, 1.2, True), b=b.coef(-1.2, 1.2, True),
+                            c=b.coef(-0.5, 0.5)),
+                         Op(OpKind.MUL, dst.name, dst.name, y=src.name),
+                         Op(OpKind.SIN, dst.name, dst.name, a=b.coef(0.5, 1.5, True)),
+                         _float_op(b, _pick_kind(b, FLOAT_KINDS), p, pool)])
+    elif hazard == "draw-state":
+        for _ in range(3):
+            segs.append([Op(OpKind.TANH, lo.name, lo.name, a=b.coef(0.5, 1.5, True)),
+                         Op(OpKind.DROPOUT, lo.name, lo.name, keep=b.pick([0.5, 0.75])),
+                         Op(OpKind.MUL, far.name, far.name, y=lo.name),
+                         Op(OpKind.NOISE, hi.name, hi.name, sigma=b.coef(0.05, 0.2, True)),
+                         filler()])
+    elif hazard == "stale-operand":  # y of segment j's mul is rewritten by segment j + 1
+        for j in range(3):
+            x, y = (lo, far) if j % 2 == 0 else (far, lo)
+            segs.append([Op(OpKind.MUL, x.name, x.name, y=y.name),
+                         Op(OpKind.SIN, x.name, x.name, a=b.coef(0.5, 1.5, True)),
+                         _float_op(b, _pick_kind(b, FLOAT_KINDS), p, pool)])
+    else:  # int-under-float
+        lows = b.view("lows", state, "int32", 0, (m,), (8,))
+        highs = b.view("highs", state, "int32", 4 + 8 * (n - m), (m,), (8,))
+        words = b.view("words", state, "int64", 8 * d, (m,), (8,))
+        for _ in range(3):
+            segs.append([Op(OpKind.TANH, hi.name, lo.name, a=b.coef(0.5, 1.5, True)),
+                         b.pick([Op(OpKind.IADD, lows.name, lows.name,
+                                    k=int(b.rng.integers(1, 1000))),
+                                 Op(OpKind.IXOR, highs.name, highs.name,
+                                    k=int(b.rng.integers(1, 2**20))),
+                                 Op(OpKind.IADD, words.name, words.name,
+                                    k=int(b.rng.integers(1, 2**40)))]),
+                         Op(OpKind.MUL, far.name, far.name, y=p.name), filler()])
+    if b.rng.random() < 0.5:
+        segs.append([filler() for _ in range(int(b.rng.integers(1, 4)))])
+    for seg in segs:
+        b.ops.extend(seg)
+    return b.program(b.rng_state(), [len(s) for s in segs], ["all", "p"],
+                     Loss(allv.name, b.weights(n)), name)
+
+
 FamilyFn = Callable[[_Builder, Limits, str], "Program | None"]
 
 
@@ -295,6 +493,8 @@ class Family:
 
     build: FamilyFn
     limits: Limits = field(default_factory=Limits)
+    # limits that depend on the program's index (the hazard family's hazard)
+    per_index: Callable[[int], dict] | None = None
 
 
 FAMILIES: dict[str, Family] = {
@@ -310,6 +510,11 @@ FAMILIES: dict[str, Family] = {
     "alias": Family(_alias, Limits(dims=(32, 64), int_writes=True, finite=False)),
     # The analytic float64 subset for complex-step: no integer ops.
     "complex": Family(_mixed, Limits(gather_scatter=True, int_writes=False)),
+    # One buffer through float64, float32, int64 and int32 views of every kind: dtype
+    # mixing, every admission refusal, 2-D views in every op position.
+    "mixed": Family(_dtype_mix, Limits(dims=(4, 8), finite=False)),
+    # Programs built around one replay hazard each: HAZARDS[index % 6].
+    "hazard": Family(_hazard, Limits(dims=(4, 8)), lambda i: {"hazard": hazard_of(i)}),
 }
 
 
@@ -357,7 +562,7 @@ def generate_with_attempts(seed: int, index: int, family: str = "default",
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; known: {', '.join(sorted(FAMILIES))}")
     fam = FAMILIES[family]
-    lim = replace(fam.limits, **limits)
+    lim = replace(fam.limits, **{**(fam.per_index(index) if fam.per_index else {}), **limits})
     for attempt in range(MAX_ATTEMPTS):
         b = _Builder(np.random.default_rng(_seed_words(seed, index, family, attempt)))
         program = fam.build(b, lim, f"s{seed}/{family}/{index:06d}")

@@ -1,0 +1,81 @@
+"""The ``mixed`` and ``hazard`` families, and the existing families left unchanged."""
+
+import pytest
+
+from replayverify import engines
+from replayverify.programs import execute, generate, load_program
+from replayverify.programs.format import program_to_dict
+from replayverify.programs.generate import HAZARDS, hazard_of, view_kind
+from replayverify.verifier.engine_checks import mutant_records
+
+# sha256 prefixes of programs generated before the new families existed: adding families
+# must not change what the existing ones generate for the same (seed, index, family)
+PINNED = {
+    "default": ["9129f74c3b9ae68e", "21d26cd08631d139", "8ce718360067c8f0", "04b44cef106185fa"],
+    "derivative": ["60cc0df1dc0c3b31", "3d9c5506fbc23e5d", "ef444a8e2204cf3a",
+                   "9269254eb5617530"],
+    "bytes": ["7e38974502de99b2", "b0182abec68d06d3", "8e372c02a7209b38", "0f044f3fc0a1a8a6"],
+    "alias": ["641e2c84a809df68", "304556772841f5ad", "f2be385784da3708", "1cd59cef847195d9"],
+    "complex": ["4876569d899a82af", "589c4f3660c92a36", "34ce84b01cbd750e",
+                "13259bf5a60ad78d"],
+}
+
+
+@pytest.mark.parametrize("family", sorted(PINNED))
+def test_existing_families_generate_the_same_programs(family):
+    got = [generate(0, i, family).sha256[:16] for i in (0, 1, 7)] + \
+        [generate(3, 11, family).sha256[:16]]
+    assert got == PINNED[family]
+
+
+@pytest.mark.parametrize("family", ["mixed", "hazard"])
+def test_new_families_are_valid_and_deterministic(family):
+    for i in range(12):
+        p = generate(5, i, family)
+        assert load_program(program_to_dict(p)) == p
+        assert generate(5, i, family) == p
+
+
+def _refusal_kind(reason: str) -> str:
+    for kind in ("integer op", "several writes", "different byte extent"):
+        if kind in reason:
+            return kind
+    return reason
+
+
+def test_mixed_mixes_dtypes_refusals_and_2d_positions():
+    refusals, positions, cells = set(), set(), set()
+    for i in range(60):
+        p = generate(0, i, "mixed")
+        views = {v.name: v for v in p.views}
+        assert {v.dtype for v in p.views if v.buffer == "state"} == \
+            {"float64", "float32", "int64", "int32"}
+        ex = execute(p)
+        if not ex.admission.supported:
+            refusals.add(_refusal_kind(ex.admission.reason))
+        for op in p.ops:
+            for f in op.spec.view_fields:
+                v = views[getattr(op, f)]
+                cells.add((op.kind.value, view_kind(v), v.dtype))
+                if len(v.shape) == 2:
+                    positions.add(f)
+    assert refusals == {"integer op", "several writes", "different byte extent"}
+    assert positions == {"dst", "x", "y", "index"}
+    assert len(cells) >= 100  # of the 120 possible (op kind, view kind, dtype) cells
+
+
+def test_hazard_programs_cycle_through_the_hazards():
+    assert [hazard_of(i) for i in range(7)] == list(HAZARDS) + [HAZARDS[0]]
+
+
+@pytest.mark.parametrize("mutant", engines.mutant_names())
+def test_every_mutant_is_detected_on_the_programs_of_its_hazard(mutant):
+    hazard = engines.get(mutant).strategy.hazard
+    assert hazard in HAZARDS
+    hits = 0
+    for i in [i for i in range(18) if hazard_of(i) == hazard]:
+        p = generate(0, i, "hazard")
+        ex = execute(p)
+        (rec,) = mutant_records(p, ex, ex.gradient, [mutant], f"s0/hazard/{i}")
+        hits += rec.outcome == "detected"
+    assert hits >= 2, (mutant, hazard, hits)  # of 3

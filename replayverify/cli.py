@@ -6,6 +6,7 @@ or a rejected input file. A rejected file gives one line on stderr, never a trac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
 
@@ -17,6 +18,7 @@ from replayverify.planner.cli import plan_command
 from replayverify.programs.format import load_program, program_sha256
 from replayverify.programs.model import DEFAULT_MAX_BYTES, Program, ProgramError
 from replayverify.untrusted import dumps, one_line
+from replayverify.verifier.executors import DaskError
 
 
 def fail_usage(message: str) -> None:
@@ -37,6 +39,25 @@ max_bytes_option = click.option(
     "--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
     help="Refuse programs whose buffers total more than this many bytes.",
 )
+
+
+dask_option = click.option(
+    "--dask", "dask", metavar="ADDRESS", default=None,
+    help="Run on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] for N "
+         "worker processes here (needs the dask extra; see docs/distributed.md). Records, "
+         "--resume and --shard are as for a local run; --workers is then ignored.")
+
+
+@contextlib.contextmanager
+def _executor(dask: str | None, label: str):
+    """The Dask executor ``--dask`` asks for, or None (local worker processes)."""
+    if dask is None:
+        yield None
+        return
+    from replayverify.verifier.executors import dask_executor
+
+    with dask_executor(dask, label=label) as executor:
+        yield executor
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -210,8 +231,9 @@ def _record_table(records: list, n_files: int) -> str:
 @click.option("--no-shrink", is_flag=True, help="Do not shrink failing programs.")
 @click.option("--max-shrink", type=click.IntRange(min=0), default=20, show_default=True,
               help="Shrink at most this many failing programs.")
+@dask_option
 def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, engine, timeout,
-          junit, no_shrink, max_shrink) -> None:
+          junit, no_shrink, max_shrink, dask) -> None:
     """Generate programs from SEED and run every check on every engine.
 
     Streams records to OUT/records.jsonl (flushed per program), then writes
@@ -239,8 +261,10 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
         fail_usage(str(exc))
     bar = _progress(total)
     try:
-        summary = run_suite(cfg, on_program=lambda _o, n: bar.update(n))
-    except SuiteError as exc:
+        with _executor(dask, "suite") as executor:
+            summary = run_suite(cfg, on_program=lambda _o, n: bar.update(n), executor=executor)
+    except (SuiteError, DaskError) as exc:
+        bar.render_finish()
         fail_usage(str(exc))
     except KeyboardInterrupt:
         bar.render_finish()

@@ -19,3 +19,28 @@ def program(buffers, views, ops, loss, **rest):
     }
     doc.update(rest)
     return load_program(doc)
+
+
+class SlowRegion:
+    """The region engine, 0.1 s slower per run: a suite with it keeps a Dask worker busy
+    long enough to be killed in the middle of a program (tests/unit/test_distributed.py)."""
+
+    name = "slow-region"
+
+    def run(self, program, *, admission=None):
+        import time
+
+        from replayverify.engines import registry
+
+        time.sleep(0.1)
+        return registry.get("region").run(program, admission=admission)
+
+
+slow_region = SlowRegion()  # --engine tests.helpers:slow_region
+
+
+def exit_worker(task):
+    """End the process this runs in, as a crash would: a Dask task whose worker dies."""
+    import os
+
+    os._exit(3)

@@ -11,13 +11,10 @@ both to the last complete line and continues with the next program.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
-import signal
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +25,7 @@ from replayverify.programs.interpreter import Execution
 from replayverify.programs.model import Program
 from replayverify.untrusted import dumps
 from replayverify.verifier.compare import Verdict
+from replayverify.verifier.executors import Executor, ProcessPool, TaskTimeout, time_limit
 from replayverify.verifier.records import Check, Record, make_record
 from replayverify.verifier.records import Outcome as Verdicts
 
@@ -111,12 +109,11 @@ class Outcome:
     stats: dict = field(default_factory=dict)
 
 
-class _Timeout(Exception):
-    pass
+def _resolved(engines: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """Engine specs made known in this process (a Dask worker has not seen ``--engine``)."""
+    from replayverify.engines import registry
 
-
-def _alarm(signum, frame):  # pragma: no cover - runs in the signal handler
-    raise _Timeout
+    return None if engines is None else tuple(registry.resolve(e) for e in engines)
 
 
 def program_stats(ex: Execution, attempts: int) -> dict:
@@ -160,26 +157,19 @@ def run_job(job: Job) -> Outcome:
 
     start = time.perf_counter()
     pid = str(job.pid)
-    use_alarm = job.timeout > 0 and hasattr(signal, "SIGALRM")
-    if use_alarm:
-        old = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, job.timeout)
     program = None
     try:
-        program, attempts = job.pid.build()
-        ex = execute(program)  # once: the checks and the statistics share it
-        records = check_execution(ex, program_id=pid, engines=job.engines,
-                                  mutants=job.mutants)
-        stats = program_stats(ex, attempts)
+        with time_limit(job.timeout):
+            program, attempts = job.pid.build()
+            ex = execute(program)  # once: the checks and the statistics share it
+            records = check_execution(ex, program_id=pid, engines=_resolved(job.engines),
+                                      mutants=job.mutants)
+            stats = program_stats(ex, attempts)
         return Outcome(pid, records, stats)
-    except _Timeout:
+    except TaskTimeout:
         detail = f"timed out after {job.timeout:g} s"
     except Exception as exc:  # one program's failure never stops the suite
         detail = f"{type(exc).__name__}: {exc}"
-    finally:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
     sha = program.sha256 if program is not None else ""
     rec = make_record(pid, sha, Check.PROGRAM, Verdict(Verdicts.ERROR, None, detail),
                       round(time.perf_counter() - start, 6))
@@ -207,14 +197,11 @@ class SuiteConfig:
     command: str = "replayverify suite"
 
 
-def _map(jobs: Sequence[Job], workers: int) -> Iterator[Outcome]:
-    if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            yield run_job(job)
-        return
-    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
-    with ctx.Pool(workers) as pool:
-        yield from pool.imap(run_job, jobs, chunksize=1)
+def _lost(job: Job, reason: str) -> Outcome:
+    """The record of a program whose every worker died (a crash no exception reports)."""
+    pid = str(job.pid)
+    return Outcome(pid, [make_record(pid, "", Check.PROGRAM,
+                                     Verdict(Verdicts.ERROR, None, f"lost: {reason}"))], {})
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -256,8 +243,13 @@ def _prepare(cfg: SuiteConfig) -> tuple[dict, list[dict]]:
 
 
 def run_suite(cfg: SuiteConfig,
-              on_program: Callable[[Outcome | None, int], None] | None = None) -> dict:
-    """Run (or resume) a suite; returns the summary (also written to summary.json)."""
+              on_program: Callable[[Outcome | None, int], None] | None = None,
+              executor: Executor | None = None) -> dict:
+    """Run (or resume) a suite; returns the summary (also written to summary.json).
+
+    ``executor`` says where programs run (default: ``cfg.workers`` local processes);
+    the records do not depend on it.
+    """
     from replayverify.verifier.report import write_outputs
     from replayverify.verifier.shrink import shrink_failures
 
@@ -265,14 +257,14 @@ def run_suite(cfg: SuiteConfig,
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
     last, stats = _prepare(cfg)
     done = last["done"]
-    workers = cfg.workers or os.cpu_count() or 1
+    executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1)
     jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
     if on_program is not None and done:
         on_program(None, done)
     with open(cfg.out / "records.jsonl", "ab") as rec_fh, \
             open(cfg.out / "programs.jsonl", "ab") as stat_fh, \
             open(cfg.out / "progress.jsonl", "a", encoding="utf-8") as prog_fh:
-        for outcome in _map(jobs, workers):
+        for outcome in executor.map(run_job, jobs, name=lambda j: str(j.pid), lost=_lost):
             rec_fh.write("".join(r.to_json() + "\n" for r in outcome.records).encode())
             rec_fh.flush()
             line = {"program": outcome.pid, **outcome.stats}

@@ -1,0 +1,307 @@
+"""Where tasks run: worker processes on this machine, or a Dask cluster.
+
+A runner (the suite, the cohort) hands an executor a function and a list of tasks,
+each named by a unique id, and gets ``fn(task)`` back for every task **in task
+order**, one at a time, as soon as it and every task before it have finished. The
+runner stays the only writer of its output, so what it writes, and how ``--resume``
+continues it, does not depend on where the tasks ran.
+
+``ProcessPool`` is the local executor. ``DaskExecutor`` (the optional ``dask`` extra)
+submits tasks to a Dask scheduler in a bounded window, keyed by run token and task id,
+lets the scheduler rerun a task whose worker died, and asks ``lost(task, reason)``
+for the result of a task that every worker it was given to died on. Each task carries
+this package's source fingerprint; a worker whose replayverify differs refuses it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DASK_HINT = "pip install 'replayverify[dask]' (from a checkout: pip install -e '.[dask]')"
+CONNECT_TIMEOUT = 30.0  # seconds to reach a scheduler
+WORKER_WAIT = 120.0  # seconds for the first worker to join
+
+
+class DaskError(RuntimeError):
+    """A Dask cluster that cannot be used (exit status 2 on the command line)."""
+
+
+class TaskTimeout(Exception):
+    """Raised inside a task that ran past its time limit."""
+
+
+class Executor(Protocol):
+    """Runs ``fn`` on every task; yields the results in task order."""
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], *, name: Callable[[T], str],
+            lost: Callable[[T, str], R]) -> Iterator[R]: ...
+
+
+# ---------------------------------------------------------------- time limits
+
+
+def _raise_timeout(signum, frame):  # pragma: no cover - runs in the signal handler
+    raise TaskTimeout
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``TaskTimeout`` in this thread once ``seconds`` have passed (0: no limit).
+
+    In the main thread a SIGALRM timer does it. Signals reach only the main thread, and
+    Dask workers run tasks in a thread pool, so elsewhere a timer thread schedules the
+    exception in this thread with ``PyThreadState_SetAsyncExc``. Both take effect
+    between bytecodes, never inside one long C call, so the two limits behave alike.
+    """
+    if seconds <= 0:
+        yield
+        return
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM"):
+        old = signal.signal(signal.SIGALRM, _raise_timeout)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        return
+    tid = ctypes.c_ulong(threading.get_ident())
+    lock = threading.Lock()
+    armed = [True]
+
+    def fire() -> None:
+        with lock:
+            if armed[0]:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(tid, ctypes.py_object(TaskTimeout))
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            armed[0] = False
+            timer.cancel()
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(tid, None)  # drop one not yet raised
+
+
+# ---------------------------------------------------------------- local processes
+
+
+@dataclass(frozen=True)
+class ProcessPool:
+    """``workers`` forked processes on this machine (1: in this process)."""
+
+    workers: int
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], *, name: Callable[[T], str],
+            lost: Callable[[T, str], R]) -> Iterator[R]:
+        if self.workers <= 1 or len(tasks) <= 1:
+            for task in tasks:
+                yield fn(task)
+            return
+        ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+        with ctx.Pool(self.workers) as pool:
+            yield from pool.imap(fn, tasks, chunksize=1)
+
+
+# ---------------------------------------------------------------- Dask
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """``<version>+<sha256 of the package's .py files>``: equal only for the same code."""
+    import replayverify
+
+    root = Path(replayverify.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return f"{replayverify.__version__}+{h.hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A worker's answer to a task built by a different replayverify."""
+
+    worker: str
+    fingerprint: str
+
+
+def _run_on_worker(fn: Callable[[T], R], task: T, fingerprint: str) -> R | _Refused:
+    """What a Dask worker runs: ``fn(task)``, if this worker has the client's code."""
+    mine = source_fingerprint()
+    if mine != fingerprint:
+        from distributed import get_worker
+
+        return _Refused(get_worker().address, mine)
+    return fn(task)
+
+
+def parse_address(text: str) -> tuple[str, int | None]:
+    """``local`` / ``local:N`` -> ("local", N or None); a scheduler address -> (text, None)."""
+    if text == "local" or text.startswith("local:"):
+        n = text.partition(":")[2]
+        if n and not (n.isdigit() and int(n) >= 1):
+            raise DaskError(f"bad --dask {text!r}: local:N needs N >= 1 worker processes")
+        return "local", int(n) if n else None
+    scheme, sep, rest = text.rpartition("://")
+    host, colon, port = rest.rpartition(":")
+    if not (colon and host and port.isdigit()) or (sep and not scheme):
+        raise DaskError(f"bad --dask {text!r}: expected a scheduler address like "
+                        "tcp://HOST:8786, or local[:N] for N worker processes here")
+    return text, None
+
+
+class DaskExecutor:
+    """Tasks on a Dask cluster, in windows of at most ``window`` unwritten tasks.
+
+    Keys are ``<label>-<run token>-<task id>``: the token is new for every executor,
+    so a resumed run, a second client on the same scheduler, or tasks a killed client
+    left behind never share a key (Dask would hand back the other task's result).
+    """
+
+    def __init__(self, client, label: str = "task", window: int | None = None) -> None:
+        self.client = client
+        self.label = label
+        threads = sum(client.nthreads().values())
+        self.window = window or max(16, 4 * threads)
+        self.token = uuid.uuid4().hex[:12]
+        self.fingerprint = source_fingerprint()
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], *, name: Callable[[T], str],
+            lost: Callable[[T, str], R]) -> Iterator[R]:
+        from distributed import as_completed
+
+        keys = [f"{self.label}-{self.token}-{name(t)}" for t in tasks]
+        if len(set(keys)) != len(keys):
+            raise ValueError("task ids must be unique within a run")
+        index: dict[str, int] = {}
+        finished: dict[int, R] = {}
+        running = as_completed()
+        submitted = written = 0
+        try:
+            while written < len(tasks):
+                while submitted < len(tasks) and submitted - written < self.window:
+                    future = self.client.submit(_run_on_worker, fn, tasks[submitted],
+                                                self.fingerprint, key=keys[submitted])
+                    index[future.key] = submitted
+                    running.add(future)
+                    submitted += 1
+                future = next(running)
+                i = index.pop(future.key)
+                finished[i] = self._result(future, tasks[i], name, lost)
+                future.release()
+                while written in finished:
+                    yield finished.pop(written)
+                    written += 1
+        finally:
+            running.clear()  # futures dropped here are released on the scheduler
+
+    def _result(self, future, task, name, lost):
+        from distributed import CancelledError
+        from distributed.scheduler import KilledWorker
+
+        try:
+            out = future.result()
+        except KilledWorker as exc:
+            where = getattr(exc.last_worker, "address", "?")
+            return lost(task, f"every Dask worker that ran it died ({exc.allowed_failures + 1} "
+                              f"workers, the last {where})")
+        except CancelledError:
+            raise DaskError(f"the Dask scheduler dropped task {name(task)}: was the connection "
+                            "lost?") from None
+        except Exception as exc:
+            raise DaskError(f"task {name(task)} failed on a Dask worker: "
+                            f"{type(exc).__name__}: {exc} (every worker needs replayverify "
+                            f"{self.fingerprint})") from None
+        if isinstance(out, _Refused):
+            raise DaskError(f"worker {out.worker} runs replayverify {out.fingerprint}, this "
+                            f"client {self.fingerprint}: install the same version everywhere")
+        return out
+
+
+@contextmanager
+def _interrupt_ignored() -> Iterator[None]:
+    """SIGINT ignored while local workers start, so that Ctrl-C reaches only the client.
+
+    A terminal sends Ctrl-C to every process of the group; the client then closes the
+    cluster itself, instead of each worker process printing its own traceback.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _ignore_interrupt_plugin():
+    """A worker plugin with the same effect on local workers that the nanny restarts."""
+    from distributed import WorkerPlugin
+
+    class IgnoreInterrupt(WorkerPlugin):
+        name = "replayverify-ignore-interrupt"
+
+        def setup(self, worker) -> None:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    return IgnoreInterrupt()
+
+
+@contextmanager
+def dask_executor(address: str, label: str = "task",
+                  window: int | None = None) -> Iterator[DaskExecutor]:
+    """Connect to ``address`` (or start ``local[:N]``) for the duration of a run."""
+    where, n_local = parse_address(address)
+    try:
+        import distributed
+    except ImportError:
+        raise DaskError(f"--dask needs Dask: {DASK_HINT}") from None
+    cluster = None
+    try:
+        if where == "local":
+            with _interrupt_ignored():  # the worker processes inherit it
+                cluster = distributed.LocalCluster(
+                    n_workers=n_local or os.cpu_count() or 1, threads_per_worker=1,
+                    processes=True, dashboard_address=None, silence_logs=logging.ERROR)
+            client = distributed.Client(cluster)
+            client.register_plugin(_ignore_interrupt_plugin())  # and workers restarted later
+        else:
+            client = distributed.Client(where, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        if cluster is not None:
+            cluster.close()
+        raise DaskError(f"cannot reach a Dask scheduler at {address}: {exc}") from None
+    try:
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT)
+        except TimeoutError:
+            raise DaskError(f"no Dask worker joined {address} within {WORKER_WAIT:g} s") from None
+        yield DaskExecutor(client, label=label, window=window)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

@@ -374,7 +374,8 @@ def _dtype_mix(b: _Builder, limits: Limits, name: str) -> Program:
         else:
             b.ops.append(_float_op(b, kind, b.pick(same), same))
     f64 = by_dtype["float64"]
-    inputs = ["f64c"] + (["f32c"] if separate else [])
+    # overlapping: the input is float64 or float32, so the first refusal varies
+    inputs = ["f64c", "f32c"] if separate else [b.pick(["f64c", "f32c"])]
     loss_view = b.pick([b.views["all"]] + f64 + (by_dtype["float32"] if separate else []))
     return b.program(b.rng_state(), b.segments(n_ops, limits.max_segments), inputs,
                      Loss(loss_view.name, b.weights(loss_view.size)), name)

@@ -13,6 +13,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from replayverify.untrusted import dumps
+from replayverify.verifier.coverage import coverage_summary, render_coverage
 from replayverify.verifier.records import (
     CONTROL_PREFIX,
     MUTANT_PREFIX,
@@ -63,6 +64,7 @@ def summarize(records: list[Record], stats: list[dict], *, programs: int, seed: 
                      ({"error": v["error"]} if v.get("error") else {})
                      for k, v in sorted(controls.items())},
         "generated": generation_stats(stats),
+        "coverage": coverage_summary(stats),
         "seconds": round(seconds, 3),
     }
     if extra:
@@ -129,6 +131,8 @@ def render_report(summary: dict, failures: list[dict], command: str) -> str:
         if isinstance(v, dict):
             v = ", ".join(f"{a} {b}" for a, b in v.items())
         lines.append(f"| {k.replace('_', ' ')} | {v} |")
+    if "coverage" in summary:
+        lines += render_coverage(summary["coverage"])
     lines += ["", "## Failures", ""]
     if not failures:
         lines.append("None.")

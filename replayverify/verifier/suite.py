@@ -120,6 +120,7 @@ def program_stats(ex: Execution, attempts: int) -> dict:
     """What was generated: op kinds, overlapping writes, integer aliases, hazards, draws."""
     from replayverify.programs.interpreter import stale_operands
     from replayverify.programs.model import view_bytes
+    from replayverify.verifier.coverage import program_coverage
 
     program = ex.program
     views = {v.name: v for v in program.views}
@@ -147,6 +148,7 @@ def program_stats(ex: Execution, attempts: int) -> dict:
         "supported": ex.admission.supported,
         "attempts": attempts,
         "float32": any(v.dtype == "float32" for v in program.views),
+        "coverage": program_coverage(ex),
     }
 
 

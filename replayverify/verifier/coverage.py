@@ -1,0 +1,182 @@
+"""Suite coverage: which corners of the semantics the generated programs reached.
+
+Per program (:func:`program_coverage`, computed from its execution) and per suite
+(:func:`coverage_summary`): the (op kind x view kind x dtype) cells that occurred (each
+view an op names counts in its own cell, the index view included), the admission
+refusal of SPEC §3 each refused program reported, and rates of what makes replay hard
+(buffers viewed through both float dtypes, float reads of bytes another dtype wrote,
+int64 and int32 views, 2-D views per op field, draws per segment position). The suite
+writes the summary under ``coverage`` in summary.json and as tables in report.md, so a
+user sees what a suite did *not* exercise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from replayverify.programs.generate import VIEW_KINDS, view_kind
+from replayverify.programs.interpreter import Execution
+from replayverify.programs.model import DTYPES, FLOAT_DTYPES, INT_DTYPES, OP_SPECS, DtypeRule
+from replayverify.programs.state import layouts
+
+# The refusal kinds of SPEC §3 and the phrase of the interpreter's reason that names each.
+REFUSALS = {
+    "integer write": "last written by integer op",
+    "several writes": "from several writes",
+    "different byte extent": "at a different byte extent",
+}
+DRAW_POSITIONS = ("only op", "first op", "inside", "last op")
+DTYPES_BY_CODE = dict(enumerate(DTYPES))
+
+
+def refusal_kind(reason: str) -> str:
+    """The SPEC §3 refusal kind an admission reason states ("" if none matches)."""
+    for kind, phrase in REFUSALS.items():
+        if phrase in reason:
+            return kind
+    return ""
+
+
+def possible_cells() -> list[tuple[str, str, str]]:
+    """Every (op kind, view kind, dtype) cell that a valid program can occupy."""
+    out = []
+    for kind, spec in OP_SPECS.items():
+        dtypes = {DtypeRule.FLOAT: FLOAT_DTYPES, DtypeRule.INT: INT_DTYPES,
+                  DtypeRule.SAME: tuple(DTYPES)}[spec.dtypes]
+        if spec.indexed:
+            dtypes = tuple(dict.fromkeys(dtypes + INT_DTYPES))
+        out += [(kind.value, vk, d) for vk in VIEW_KINDS for d in DTYPES if d in dtypes]
+    return out
+
+
+def _draw_position(k: int, bounds: tuple[tuple[int, int], ...]) -> str:
+    for a, b in bounds:
+        if a <= k < b:
+            if b - a == 1:
+                return "only op"
+            return "first op" if k == a else "last op" if k == b - 1 else "inside"
+    raise IndexError(k)
+
+
+def program_coverage(ex: Execution) -> dict:
+    """What one program exercised (JSON-ready; :func:`coverage_summary` adds them up)."""
+    program = ex.program
+    views = {v.name: v for v in program.views}
+    lay = layouts(program)
+    cells = sorted({f"{op.kind.value}|{view_kind(views[getattr(op, f)])}|"
+                    f"{views[getattr(op, f)].dtype}"
+                    for op in program.ops for f in op.spec.view_fields})
+    fields_2d = sorted({f for op in program.ops for f in op.spec.view_fields
+                        if len(views[getattr(op, f)].shape) == 2})
+    bounds = program.segment_bounds()
+    draws = sorted({_draw_position(k, bounds) for k, op in enumerate(program.ops)
+                    if op.spec.draws})
+    # the dtype that last wrote each byte (-1: init or never written): float reads of
+    # bytes another dtype wrote
+    code = {d: i for i, d in enumerate(DTYPES)}
+    writer = {b.name: np.full(b.nbytes, -1, np.int8) for b in program.buffers}
+    for name in program.inputs:
+        writer[views[name].buffer][lay[name].byte_index] = code[views[name].dtype]
+    reads: set[str] = set()
+
+    def read(name: str) -> None:
+        v = views[name]
+        if not v.is_float:
+            return
+        for d in {DTYPES_BY_CODE[int(c)] for c in np.unique(writer[v.buffer][
+                lay[name].byte_index]) if c >= 0} - {v.dtype}:
+            reads.add(f"{v.dtype} read of {d}-written bytes")
+
+    for rec in ex.records:
+        op = rec.op
+        if views[op.dst].is_float:
+            for f in op.spec.sources:
+                read(getattr(op, f))
+        writer[views[op.dst].buffer][lay[op.dst].bytes_of(rec.where)] = code[views[op.dst].dtype]
+    read(program.loss.view)
+    by_buffer: dict[str, set[str]] = {}
+    for v in program.views:
+        by_buffer.setdefault(v.buffer, set()).add(v.dtype)
+    return {
+        "cells": cells,
+        "refusal": "" if ex.admission.supported else refusal_kind(ex.admission.reason),
+        "float_reads_of_other_dtypes": sorted(reads),
+        "both_float_dtypes_on_one_buffer": any(set(FLOAT_DTYPES) <= d
+                                               for d in by_buffer.values()),
+        "view_dtypes": sorted({v.dtype for v in program.views}),
+        "fields_2d": fields_2d,
+        "draw_positions": draws,
+    }
+
+
+RATES = (
+    ("buffers viewed as float64 and float32", lambda c: c["both_float_dtypes_on_one_buffer"]),
+    ("float32 reads of float64-written bytes",
+     lambda c: "float32 read of float64-written bytes" in c["float_reads_of_other_dtypes"]),
+    ("float64 reads of float32-written bytes",
+     lambda c: "float64 read of float32-written bytes" in c["float_reads_of_other_dtypes"]),
+    ("float reads of integer-written bytes",
+     lambda c: any("int" in r for r in c["float_reads_of_other_dtypes"])),
+    ("int64 views", lambda c: "int64" in c["view_dtypes"]),
+    ("int32 views", lambda c: "int32" in c["view_dtypes"]),
+    *((f"2-D {f} views", lambda c, f=f: f in c["fields_2d"]) for f in ("dst", "x", "y", "index")),
+    *((label, lambda c, p=p: p in c["draw_positions"]) for p, label in zip(DRAW_POSITIONS, (
+        "draws as a segment's only op", "draws as a segment's first op",
+        "draws inside a segment", "draws as a segment's last op"))),
+    *((f"admission refused: {k}", lambda c, k=k: c["refusal"] == k) for k in REFUSALS),
+)
+
+
+def coverage_summary(stats: list[dict]) -> dict:
+    """The suite's coverage: counts per cell and refusal, what did not occur, and rates
+    (programs with each property, of the programs that ran)."""
+    covs = [s["coverage"] for s in stats if "coverage" in s]
+    cells: Counter = Counter()
+    refusals: Counter = Counter()
+    for c in covs:
+        cells.update(c["cells"])
+        refusals[c["refusal"]] += bool(c["refusal"])
+    possible = [f"{k}|{vk}|{d}" for k, vk, d in possible_cells()]
+    table: dict = {}
+    for key in possible:
+        k, vk, d = key.split("|")
+        table.setdefault(k, {}).setdefault(vk, {})[d] = cells[key]
+    n = len(covs)
+    return {
+        "programs": n,
+        "cells": table,
+        "cells_occurred": sum(1 for key in possible if cells[key]),
+        "cells_possible": len(possible),
+        "missing_cells": [key.replace("|", " / ") for key in possible if not cells[key]],
+        "admission_refusals": {k: refusals[k] for k in REFUSALS},
+        "missing_refusals": [k for k in REFUSALS if not refusals[k]],
+        "rates": {name: sum(1 for c in covs if test(c)) for name, test in RATES},
+    }
+
+
+def render_coverage(cov: dict) -> list[str]:
+    """report.md lines: the rates, the cell table and the refusals."""
+    n = cov["programs"] or 1
+    lines = ["", "### Rates", "", "| programs with | count | rate |", "|---|---:|---:|"]
+    for name, count in cov["rates"].items():
+        lines.append(f"| {name} | {count} | {count / n:.1%} |")
+    cols = [(vk, d) for vk in VIEW_KINDS for d in DTYPES]
+    lines += ["", "## Coverage", "",
+              f"(op kind x view kind x dtype) cells that occurred: {cov['cells_occurred']} of "
+              f"{cov['cells_possible']} possible (each view an op names counts; — marks a "
+              "cell no valid program has).", "",
+              "| op | " + " | ".join(f"{vk} {d}" for vk, d in cols) + " |",
+              "|---|" + "---:|" * len(cols)]
+    for kind, by_vk in cov["cells"].items():
+        row = [str(by_vk[vk][d]) if d in by_vk.get(vk, {}) else "—" for vk, d in cols]
+        lines.append(f"| {kind} | " + " | ".join(row) + " |")
+    missing = cov["missing_cells"]
+    lines += ["", "Cells that did not occur: " + (", ".join(missing) if missing else "none."),
+              "", "| admission refusal (SPEC §3) | programs |", "|---|---:|"]
+    for kind, count in cov["admission_refusals"].items():
+        lines.append(f"| {kind} | {count} |")
+    gone = cov["missing_refusals"]
+    lines += ["", "Refusal kinds that did not occur: " + (", ".join(gone) if gone else "none.")]
+    return lines

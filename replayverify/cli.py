@@ -401,6 +401,72 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
         click.echo(card)
 
 
+@main.command()
+@click.option("--frameworks", default="torch,jax", show_default=True,
+              help="Comma-separated: torch, jax, replayverify, or module:attr naming your "
+                   "own adapter (docs/cohort.md).")
+@click.option("--seeds", default="420000:420050", show_default=True,
+              help="Seed keys A:B (A included, B not); each key gives every family in "
+                   "float32 and float64.")
+@click.option("--extra", is_flag=True,
+              help="Also the rows beyond the paper: in-segment saved-tensor overwrite, "
+                   "selective checkpointing, running statistics, replayverify's engines.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="cohort-out",
+              show_default=True, help="Directory for records.jsonl, summary.json, report.md.")
+@click.option("--workers", type=click.IntRange(min=0), default=0,
+              help="Worker processes (default: one per CPU). Records do not depend on it.")
+def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int) -> None:
+    """Run the framework cohort: the same programs through torch and JAX checkpointing.
+
+    Five paired program families per seed key, float32 and float64, through every
+    method of each framework, compared with the reference interpreter fed the
+    framework's own draws: M match, R the framework raised, D silent divergence.
+    Writes OUT/records.jsonl, OUT/summary.json and OUT/report.md and prints the table.
+    Exit status 0 when every cell is as expected (the reference paper's Table 2 and the
+    documented extra rows), 1 when a cell is not, 2 on bad usage. A framework that is
+    not installed gives `unsupported` records with an install hint.
+    """
+    from pathlib import Path
+
+    from replayverify.cohort.runner import CohortConfig, CohortError, parse_seeds, run_cohort
+
+    try:
+        cfg = CohortConfig(
+            frameworks=tuple(f.strip() for f in frameworks.split(",") if f.strip()),
+            seeds=parse_seeds(seeds), extra=extra, workers=workers, out=Path(out_dir),
+            command=" ".join(["replayverify"] + sys.argv[1:]))
+        if not cfg.frameworks:
+            raise CohortError("--frameworks names no framework")
+        from replayverify.cohort.runner import check_config, task_ids
+
+        check_config(cfg)
+        bar = _progress(len(task_ids(cfg)))
+        try:
+            summary = run_cohort(cfg, on_task=bar.update)
+        finally:
+            bar.render_finish()
+    except CohortError as exc:
+        fail_usage(str(exc))
+    _print_cohort(summary, cfg.out)
+    sys.exit(0 if summary["verdict"] == "as-expected" else 1)
+
+
+def _print_cohort(summary: dict, out) -> None:
+    click.echo(f"verdict {summary['verdict']}: {summary['records']} records in "
+               f"{summary['seconds']} s -> {out}")
+    width = max(len(k) for k in summary["table"]) if summary["table"] else 10
+    click.echo(f"  {'backend / method':<{width}}  M / R / D     expected")
+    for row, c in summary["table"].items():
+        e = c["expected"]
+        exp = f"{e['M']} / {e['R']} / {e['D']}" if sum(e.values()) else "-"
+        mark = "  UNEXPECTED" if row in summary["unexpected"] else ""
+        cells = f"{c['M']} / {c['R']} / {c['D']}"
+        click.echo(f"  {row:<{width}}  {cells:<12}  {exp}{mark}")
+    for fw in summary["not_run"]:
+        click.echo(f"  {fw}: not run ({summary['frameworks'].get(fw, 'not installed')}); "
+                   "see report.md for the install hint", err=True)
+
+
 main.add_command(gpu_group)
 main.add_command(plan_command)
 

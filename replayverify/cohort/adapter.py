@@ -1,0 +1,154 @@
+"""The adapter protocol, the reference, and how an observation becomes an outcome.
+
+An adapter runs cohort cases through one framework. It names its methods and, per
+case, gives two things:
+
+- ``draw_tape(case)``: the framework's own draws, made from its generator seeded with
+  ``case.draw_seed``, one array per draw op in program order, and the generator's state
+  after them. The reference is replayverify's interpreter fed these draws
+  (``execute(program, draws=...)``): bit-exact for that framework.
+- ``run(case, method)``: forward, ``loss.backward()`` (or the framework's equivalent),
+  and then what the program's world holds: the gradient, every buffer's bytes and the
+  generator state. An exception is the framework *rejecting* the case.
+
+``compare`` turns that into ``match`` (M), ``diverge`` (D, naming what differed:
+the gradient, which buffer, the generator) or ``rejected`` (R, with the exception type
+and first line). Gradients are compared with SPEC §5's tolerance taken with the case's
+dtype (for float32: 64 * 2^-23 * n_ops * max(1, max|g_ref|)); bytes and the generator
+state exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from replayverify.cohort.cases import Case
+from replayverify.programs.interpreter import execute
+from replayverify.programs.tolerance import tolerance
+
+OUTCOMES = ("match", "rejected", "diverge", "unsupported")
+LETTER = {"match": "M", "rejected": "R", "diverge": "D"}
+
+
+@dataclass(frozen=True)
+class Method:
+    """One way a framework executes a case. ``families``: where it applies (None: all).
+    ``row`` is the table row's label, for example "torch reentrant"."""
+
+    name: str
+    row: str
+    families: tuple[str, ...] | None = None
+    doc: str = ""
+
+    def applies(self, case: Case) -> bool:
+        return self.families is None or case.family in self.families
+
+
+@dataclass(frozen=True)
+class Tape:
+    """A framework's draws for a case (op index -> values, row-major) and its generator
+    state after them, as bytes."""
+
+    draws: Mapping[int, np.ndarray]
+    generator: bytes
+
+
+@dataclass
+class Observation:
+    """What a method left behind: the gradient (inputs' order, row-major), each buffer's
+    final bytes, and the generator state (bytes, compared with the tape's).
+
+    ``determinism_flagged``: for checkpoint methods, whether the metadata (shape, dtype,
+    device) of the tensors the recomputation produced differed from the forward's — what
+    torch's default ``determinism_check`` compares; None where it does not apply.
+    """
+
+    gradient: np.ndarray
+    buffers: dict[str, bytes]
+    generator: bytes
+    determinism_flagged: bool | None = None
+    notes: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """A framework plugged into the cohort (see docs/cohort.md for a worked example)."""
+
+    name: str  # the --frameworks name, for example "torch"
+    label: str  # the table's backend label, for example "torch" or "JAX"
+
+    def missing(self) -> str | None:
+        """None when usable; otherwise a one-line install hint."""
+
+    def version(self) -> str: ...
+
+    def methods(self) -> tuple[Method, ...]: ...
+
+    def draw_tape(self, case: Case) -> Tape: ...
+
+    def run(self, case: Case, method: Method) -> Observation: ...
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The interpreter's execution of a case fed a tape: gradient and final bytes."""
+
+    gradient: np.ndarray
+    buffers: dict[str, bytes]
+    generator: bytes
+
+    @classmethod
+    def of(cls, case: Case, tape: Tape) -> Reference:
+        ex = execute(case.program, draws=dict(tape.draws), record_boundaries=False)
+        if ex.gradient is None:
+            raise ValueError(f"{case.id}: the reference has no gradient "
+                             f"({ex.admission.reason})")
+        return cls(ex.gradient, ex.buffers, tape.generator)
+
+
+def compare(case: Case, ref: Reference, obs: Observation) -> tuple[str, list[str], float]:
+    """(outcome, what diverged, max |gradient error|) of an observation."""
+    diverged = []
+    g = np.asarray(obs.gradient, dtype=np.float64).reshape(-1)
+    if g.shape != ref.gradient.shape:
+        diverged.append(f"gradient shape {g.shape} != {ref.gradient.shape}")
+        err = float("inf")
+    else:
+        err = float(np.max(np.abs(g - ref.gradient))) if g.size else 0.0
+        if not err <= tolerance(case.dtype, len(case.program.ops), ref.gradient):
+            diverged.append("gradient")
+    for name, data in ref.buffers.items():
+        if obs.buffers.get(name) != data:
+            diverged.append(f"buffer {name}")
+    if obs.generator != ref.generator:
+        diverged.append("generator")
+    return ("diverge" if diverged else "match"), diverged, err
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def observe(adapter: Adapter, case: Case, method: Method, ref: Reference) -> dict:
+    """Run one method on one case and make its record (every field but the context)."""
+    start = time.perf_counter()
+    rec: dict = {"outcome": "", "diverged": [], "max_abs_err": None, "exception": None,
+                 "determinism_flagged": None}
+    try:
+        obs = adapter.run(case, method)
+    except Exception as exc:  # the framework refused the program: R, with its words
+        rec["outcome"] = "rejected"
+        rec["exception"] = {"type": type(exc).__name__, "message": first_line(exc)}
+    else:
+        outcome, diverged, err = compare(case, ref, obs)
+        rec.update(outcome=outcome, diverged=diverged,
+                   max_abs_err=err if np.isfinite(err) else None,
+                   determinism_flagged=obs.determinism_flagged)
+    rec["seconds"] = round(time.perf_counter() - start, 6)
+    return rec

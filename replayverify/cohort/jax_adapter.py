@@ -1,0 +1,203 @@
+"""The JAX adapter: functional execution, ``jax.checkpoint``, native in-place writes and
+an impure holder.
+
+Buffers are 1-D arrays of the case's dtype; a view reads ``buf[index]`` and a write is
+``buf.at[index].set(values, unique_indices=True)`` (functional; a view's
+elements are distinct, and without the hint JAX's differentiated scatter turns a
+written -0.0 into +0.0) or ``buf[index] = values`` (native
+in-place, which JAX refuses). The generator is a key threaded through the program:
+each draw splits it. Every run is differentiated with ``jax.vjp`` and happens inside
+``jax.enable_x64(True)`` (a local context: the loss is float64 as SPEC says, and float64
+cases need it); nothing global is changed for the user.
+
+The impure holder keeps the hidden buffers and the key in a Python object that the
+functions rebind; the other buffers flow through arguments and results.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from typing import Any
+
+import numpy as np
+
+from replayverify.cohort._ops import RULES, operands, unsupported_ops
+from replayverify.cohort.adapter import Method, Observation, Tape
+from replayverify.cohort.cases import HIDDEN_FAMILIES, Case
+
+HINT = "JAX is not installed: pip install jax jaxlib, or '.[cohort]'"
+
+METHODS = (
+    Method("functional", "JAX functional reference", doc="functional updates, jax.vjp"),
+    Method("checkpoint", "JAX functional checkpoint",
+           doc="the segment under jax.checkpoint, every buffer and the key as arguments"),
+    Method("inplace-eager", "JAX native in-place eager", doc="buf[index] = values"),
+    Method("inplace-checkpoint", "JAX native in-place checkpoint",
+           doc="buf[index] = values under jax.checkpoint"),
+    Method("holder-eager", "JAX impure-holder eager", HIDDEN_FAMILIES,
+           doc="hidden buffers and the key rebound on a Python object"),
+    Method("holder-checkpoint", "JAX impure-holder checkpoint", HIDDEN_FAMILIES,
+           doc="the same with the segment under jax.checkpoint"),
+)
+
+
+class JaxAdapter:
+    """JAX functional checkpointing, native in-place writes and an impure holder."""
+
+    name = "jax"
+    label = "JAX"
+
+    def missing(self) -> str | None:
+        # find_spec, not import: a parent process stays free of the framework's threads
+        return None if importlib.util.find_spec("jax") else HINT
+
+    def version(self) -> str:
+        return importlib.metadata.version("jax")
+
+    def methods(self, extra: bool = False) -> tuple[Method, ...]:
+        return METHODS
+
+    def draw_tape(self, case: Case) -> Tape:
+        import jax
+
+        with jax.enable_x64(True):
+            key = jax.random.key(case.draw_seed)
+            draws = {}
+            for k, op in enumerate(case.program.ops):
+                if op.spec.draws:
+                    key, z = _draw(jax, key, op, case.program.view(op.dst).size, case.dtype)
+                    draws[k] = np.asarray(z).copy()
+            return Tape(draws, _key_bytes(jax, key))
+
+    def run(self, case: Case, method: Method) -> Observation:
+        import jax
+
+        bad = unsupported_ops(case.program)
+        if bad:
+            raise NotImplementedError(f"the JAX adapter does not translate {bad}")
+        with jax.enable_x64(True):
+            return _Run(jax, case, method.name).observe()
+
+
+def _key_bytes(jax: Any, key: Any) -> bytes:
+    return np.asarray(jax.random.key_data(key)).tobytes()
+
+
+def _draw(jax: Any, key: Any, op, n: int, dtype: str) -> tuple[Any, Any]:
+    key, sub = jax.random.split(key)
+    if op.kind.value == "noise":
+        return key, jax.random.normal(sub, (n,), dtype)
+    u = jax.random.uniform(sub, (n,), dtype)
+    return key, (u < jax.numpy.asarray(op.keep, dtype)).astype(dtype)
+
+
+class _Holder:
+    """Impure state: the hidden buffers and the generator key, rebound by the program."""
+
+    def __init__(self, bufs: dict, key: Any):
+        self.bufs = bufs
+        self.key = key
+
+
+class _Run:
+    def __init__(self, jax: Any, case: Case, method: str):
+        self.jax, self.jnp, self.case, self.method = jax, jax.numpy, case, method
+        self.p = case.program
+        self.index = {v.name: v.element_starts() // v.itemsize for v in self.p.views}
+        bufs = {b.name: np.zeros(b.nbytes // np.dtype(case.dtype).itemsize, case.dtype)
+                for b in self.p.buffers}
+        for e in self.p.init:
+            bufs[self.p.view(e.view).buffer][self.index[e.view]] = e.values
+        self.start = {k: self.jnp.asarray(v) for k, v in bufs.items()}
+        self.holder: _Holder | None = None
+
+    # ------------------------------------------------------------ one op
+    def op(self, k: int, bufs: dict, key: Any) -> Any:
+        jnp = self.jnp
+        op = self.p.ops[k]
+        dtype = self.case.dtype
+        o = operands(op, lambda name: bufs[self.p.view(name).buffer][self.index[name]])
+        z = None
+        if op.spec.draws:
+            key, z = _draw(self.jax, key, op, self.p.view(op.dst).size, dtype)
+        values = RULES[op.kind](lambda c: jnp.asarray(op.coef(c), dtype), o, z)
+        if k in self.case.roles.untracked:
+            values = self.jax.lax.stop_gradient(values)
+        b = self.p.view(op.dst).buffer
+        if self.method.startswith("inplace"):
+            bufs[b][self.index[op.dst]] = values  # JAX arrays are immutable: refused
+        else:
+            bufs[b] = bufs[b].at[self.index[op.dst]].set(values, unique_indices=True)
+        return key
+
+    def ops(self, ks: range, bufs: dict, key: Any) -> Any:
+        for k in ks:
+            key = self.op(k, bufs, key)
+        return key
+
+    # ------------------------------------------------------------ the program
+    def program(self, xs: tuple) -> tuple:
+        """(loss, (final buffers, final key)) as a function of the inputs."""
+        jnp = self.jnp
+        bufs = dict(self.start)
+        for name, x in zip(self.p.inputs, xs):
+            b = self.p.view(name).buffer
+            bufs[b] = bufs[b].at[self.index[name]].set(x.reshape(-1), unique_indices=True)
+        key = self.jax.random.key(self.case.draw_seed)
+        hidden = self.case.roles.hidden
+        holder = self.method.startswith("holder")
+        if holder:
+            self.holder = _Holder({h: bufs.pop(h) for h in hidden}, key)
+        seg = self.case.segment_ops()
+        n = len(self.p.ops)
+        if self.method in ("functional", "inplace-eager", "holder-eager"):
+            key = self.step(range(n), bufs, key)
+        else:
+            key = self.step(range(seg.start), bufs, key)
+            key = self.checkpointed(seg, bufs, key)
+            key = self.step(range(seg.stop, n), bufs, key)
+        w = jnp.asarray(self.p.loss.weights, jnp.float64)
+        lv = self.p.loss.view
+        values = bufs[self.p.view(lv).buffer][self.index[lv]].astype(jnp.float64)
+        return jnp.sum(w * values), (bufs, None if holder else key)
+
+    def step(self, ks: range, bufs: dict, key: Any) -> Any:
+        """Ops ``ks`` on ``bufs``; with a holder, its hidden buffers and key are used and
+        rebound."""
+        if self.holder is None:
+            return self.ops(ks, bufs, key)
+        h = self.holder
+        merged = {**bufs, **h.bufs}
+        h.key = self.ops(ks, merged, h.key)
+        for name in list(merged):
+            if name in h.bufs:
+                h.bufs[name] = merged[name]
+            else:
+                bufs[name] = merged[name]
+        return key
+
+    def checkpointed(self, seg: range, bufs: dict, key: Any) -> Any:
+        names = sorted(bufs)
+
+        def segment(values: tuple, key: Any) -> tuple:
+            local = dict(zip(names, values))
+            key = self.step(seg, local, key)
+            return tuple(local[n] for n in names), key
+
+        values, key = self.jax.checkpoint(segment)(tuple(bufs[n] for n in names), key)
+        bufs.update(zip(names, values))
+        return key
+
+    def observe(self) -> Observation:
+        jnp = self.jnp
+        xs = tuple(self.start[self.p.view(n).buffer][self.index[n]] for n in self.p.inputs)
+        _loss, vjp, (bufs, key) = self.jax.vjp(self.program, xs, has_aux=True)
+        (grads,) = vjp(jnp.ones((), jnp.float64))
+        gradient = np.concatenate([np.asarray(g, np.float64).reshape(-1) for g in grads]) \
+            if grads else np.zeros(0)
+        if self.holder is not None:
+            bufs = {**bufs, **self.holder.bufs}
+            key = self.holder.key
+        return Observation(gradient, {n: np.asarray(b).tobytes() for n, b in bufs.items()},
+                           _key_bytes(self.jax, key))

@@ -1,0 +1,77 @@
+"""Cohort adapters by name, like ``engines/registry.py``: built-ins listed here only.
+
+``--frameworks`` takes registered names (``torch``, ``jax``, ``replayverify``, or one a
+user registered) or ``module:attr`` naming an adapter object, or a class or factory
+returning one. Built-in adapters import their framework only when they run.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from replayverify.cohort.adapter import Adapter
+
+BUILTIN = {
+    "torch": "replayverify.cohort.torch_adapter:TorchAdapter",
+    "jax": "replayverify.cohort.jax_adapter:JaxAdapter",
+    "replayverify": "replayverify.cohort.engines_adapter:EnginesAdapter",
+}
+_REGISTRY: dict[str, Adapter] = {}
+_RESOLVED: dict[str, Adapter] = {}
+
+
+def _not_an_adapter(what: object) -> str:
+    return (f"{what!r} is not a cohort adapter: it needs name, label, missing(), version(), "
+            "methods(), draw_tape(case) and run(case, method)")
+
+
+def register(name: str, adapter: Adapter) -> Adapter:
+    """Make ``adapter`` available as ``name``. Refuses a taken name or a non-adapter."""
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError("an adapter name must be a non-empty string without '/'")
+    if name in BUILTIN or name in _REGISTRY:
+        raise ValueError(f"a cohort adapter named {name!r} is already registered")
+    if not isinstance(adapter, Adapter):
+        raise TypeError(_not_an_adapter(adapter))
+    _REGISTRY[name] = adapter
+    return adapter
+
+
+def unregister(name: str) -> None:
+    """Remove a user-registered adapter (built-ins stay)."""
+    if name in BUILTIN:
+        raise ValueError(f"{name!r} is a built-in cohort adapter")
+    _REGISTRY.pop(name, None)
+
+
+def _load(spec: str) -> Adapter:
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"unknown cohort framework {spec!r}; known: "
+                         f"{', '.join([*BUILTIN, *_REGISTRY])} (or module:attr)")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot load cohort adapter {spec!r}: {exc}") from None
+    if isinstance(obj, type) or (not isinstance(obj, Adapter) and callable(obj)):
+        obj = obj()  # a class or a factory
+    if not isinstance(obj, Adapter):
+        raise ValueError(_not_an_adapter(spec))
+    return obj
+
+
+def get(spec: str) -> Adapter:
+    """The adapter ``spec`` names (built once per process). ValueError with one line."""
+    if spec in _REGISTRY:
+        return _REGISTRY[spec]
+    if spec not in _RESOLVED:
+        if "/" in spec:
+            raise ValueError(f"bad cohort framework {spec!r}: names contain no '/'")
+        _RESOLVED[spec] = _load(BUILTIN.get(spec, spec))
+    return _RESOLVED[spec]
+
+
+def names() -> tuple[str, ...]:
+    return (*BUILTIN, *_REGISTRY)

@@ -1,0 +1,245 @@
+"""The cohort runner: a list of task ids, one task run by id, records out.
+
+A task is one case through every method of one framework:
+``"<framework>/<family>/<seed key>/<dtype>"``. ``task_ids(config)`` lists them in a
+fixed order, ``run_task(task_id, extra=...)`` runs one anywhere (a worker process, a
+Dask worker) and returns its records as plain dicts, and ``run_cohort`` maps them over
+a process pool (or any ``executor`` mapping function given) in order, so the records
+do not depend on the worker count, then writes records.jsonl, summary.json, report.md.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replayverify.cohort import registry
+from replayverify.cohort.adapter import LETTER, Reference, observe
+from replayverify.cohort.cases import (
+    DEFAULT_SEEDS,
+    DTYPES,
+    EXTRA_FAMILIES,
+    FAMILIES,
+    build_case,
+)
+from replayverify.cohort.expected import expected_letter, extra_row
+
+
+class CohortError(ValueError):
+    """Bad cohort arguments (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class CohortConfig:
+    frameworks: tuple[str, ...] = ("torch", "jax")
+    seeds: tuple[int, int] = DEFAULT_SEEDS  # keys seeds[0] .. seeds[1]-1
+    extra: bool = False
+    workers: int = 0  # 0: one per CPU
+    out: Path | None = None
+    command: str = "replayverify cohort"
+    families: tuple[str, ...] = field(default=())  # () : all (with --extra: and extras)
+
+    def framework_list(self) -> tuple[str, ...]:
+        """The frameworks asked for; with ``extra``, replayverify's own engines too."""
+        if self.extra and "replayverify" not in self.frameworks:
+            return (*self.frameworks, "replayverify")
+        return self.frameworks
+
+    def family_list(self) -> tuple[str, ...]:
+        if self.families:
+            return self.families
+        return (*FAMILIES, *(EXTRA_FAMILIES if self.extra else ()))
+
+
+def parse_seeds(text: str) -> tuple[int, int]:
+    """``A:B`` -> keys A..B-1 (A < B, both >= 0)."""
+    try:
+        a, b = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise CohortError(f"bad --seeds {text!r}: expected A:B, for example "
+                          "420000:420050") from None
+    if not 0 <= a < b:
+        raise CohortError(f"bad --seeds {text!r}: need 0 <= A < B")
+    return a, b
+
+
+def check_config(cfg: CohortConfig) -> None:
+    """Refuse unknown frameworks or families with one line (CohortError)."""
+    for fw in cfg.framework_list():
+        try:
+            registry.get(fw)
+        except ValueError as exc:
+            raise CohortError(str(exc)) from None
+    for fam in cfg.family_list():
+        if fam not in FAMILIES and fam not in EXTRA_FAMILIES:
+            raise CohortError(f"unknown cohort family {fam!r}")
+
+
+def task_ids(cfg: CohortConfig) -> list[str]:
+    """Every task of the cohort, in record order: framework, seed key, family, dtype."""
+    return [f"{fw}/{fam}/{seed}/{dtype}" for fw in cfg.framework_list()
+            for seed in range(*cfg.seeds) for fam in cfg.family_list() for dtype in DTYPES]
+
+
+def parse_task(task_id: str) -> tuple[str, str, int, str]:
+    fw, fam, seed, dtype = task_id.rsplit("/", 3)
+    return fw, fam, int(seed), dtype
+
+
+def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
+    """Every applicable method of one framework on one case: one record each.
+
+    A framework that is missing gives ``unsupported`` records with the install hint;
+    a framework exception is a ``rejected`` record; nothing raises for a framework.
+    """
+    fw, fam, seed, dtype = parse_task(task_id)
+    adapter = registry.get(fw)
+    case = build_case(fam, seed, dtype)
+    methods = [m for m in adapter.methods(extra) if m.applies(case)]
+    hint = adapter.missing()
+    base = {"task": task_id, "case": case.id, "framework": adapter.name, "family": fam,
+            "seed": seed, "dtype": dtype, "sha256": case.program.sha256}
+    ref = None
+    if hint is None:
+        try:
+            ref = Reference.of(case, adapter.draw_tape(case))
+        except Exception as exc:  # the framework cannot even draw: nothing to compare
+            hint = f"no reference: {type(exc).__name__}: {exc}"
+    records = []
+    for m in methods:
+        row = extra_row(m.row, fam)
+        head = {**base, "version": "" if ref is None else adapter.version(),
+                "method": m.name, "row": row,
+                "expected": _expected(m, row, fam)}
+        if ref is None:
+            body = {"outcome": "unsupported", "diverged": [], "max_abs_err": None,
+                    "exception": None, "determinism_flagged": None, "detail": hint,
+                    "seconds": 0.0}
+        else:
+            body = {**observe(adapter, case, m, ref), "detail": ""}
+        records.append({**head, **body})
+    return records
+
+
+def _expected(method, row: str, family: str) -> str | None:
+    own = getattr(method, "expect", None)
+    if own:
+        return own.get(family)
+    return expected_letter(row, family)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _run_one(args: tuple[str, bool]) -> list[dict]:
+    return run_task(args[0], extra=args[1])
+
+
+Executor = Callable[[Callable[[tuple[str, bool]], list[dict]], list[tuple[str, bool]]],
+                    Iterable[list[dict]]]
+
+
+def _pool_map(workers: int) -> Executor:
+    def mapper(fn, items):
+        if workers <= 1 or len(items) <= 1:
+            yield from map(fn, items)
+            return
+        ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+        with ctx.Pool(workers) as pool:
+            yield from pool.imap(fn, items, chunksize=4)
+    return mapper
+
+
+def run_records(cfg: CohortConfig, executor: Executor | None = None,
+                on_task: Callable[[int], None] | None = None) -> Iterator[dict]:
+    """Records of every task in order (``executor(fn, items)`` maps fn over items in
+    order; default: a process pool of ``cfg.workers``)."""
+    workers = cfg.workers or os.cpu_count() or 1
+    mapper = executor or _pool_map(workers)
+    items = [(t, cfg.extra) for t in task_ids(cfg)]
+    for recs in mapper(_run_one, items):
+        if on_task is not None:
+            on_task(1)
+        yield from recs
+
+
+def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
+               on_task: Callable[[int], None] | None = None) -> dict:
+    """Run the cohort, write its three files under ``cfg.out`` (if set); the summary."""
+    from replayverify.cohort.report import render_report
+
+    check_config(cfg)
+    start = time.perf_counter()
+    records = []
+    out = cfg.out
+    fh = None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        fh = open(out / "records.jsonl", "w", encoding="utf-8")
+    try:
+        for rec in run_records(cfg, executor, on_task):
+            records.append(rec)
+            if fh is not None:
+                fh.write(json.dumps(rec, allow_nan=False) + "\n")
+    finally:
+        if fh is not None:
+            fh.close()
+    summary = summarize(cfg, records, time.perf_counter() - start)
+    if out is not None:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n",
+                                          encoding="utf-8")
+        (out / "report.md").write_text(render_report(summary, records), encoding="utf-8")
+    return summary
+
+
+def summarize(cfg: CohortConfig, records: list[dict], seconds: float) -> dict:
+    """The table (observed and expected cells per row) and the verdict."""
+    table: dict[str, dict] = {}
+    versions: dict[str, str] = {}
+    for r in records:
+        cell = table.setdefault(r["row"], {"M": 0, "R": 0, "D": 0, "unsupported": 0,
+                                           "expected": {"M": 0, "R": 0, "D": 0},
+                                           "unexpected_records": 0,
+                                           "determinism_flagged": None})
+        letter = LETTER.get(r["outcome"])
+        cell[letter or "unsupported"] += 1
+        if r["expected"] is not None:
+            cell["expected"][r["expected"]] += 1
+            if letter is not None and letter != r["expected"]:
+                cell["unexpected_records"] += 1
+        if r["determinism_flagged"] is not None:
+            if r["outcome"] == "diverge":
+                cell["determinism_flagged"] = (cell["determinism_flagged"] or 0) + bool(
+                    r["determinism_flagged"])
+            elif cell["determinism_flagged"] is None:
+                cell["determinism_flagged"] = 0
+        if r["version"]:
+            versions[r["framework"]] = r["version"]
+    unexpected = []
+    for row, cell in table.items():
+        ran = cell["M"] + cell["R"] + cell["D"]
+        if ran == 0 or not sum(cell["expected"].values()):
+            continue  # not run (framework missing) or no expectation: nothing to judge
+        if any(cell[k] != cell["expected"][k] for k in "MRD") or cell["unsupported"]:
+            unexpected.append(row)
+    missing = sorted({r["framework"] for r in records if r["outcome"] == "unsupported"})
+    return {
+        "frameworks": {fw: versions.get(registry.get(fw).name, "not installed")
+                       for fw in cfg.framework_list()},
+        "seeds": list(cfg.seeds), "extra": cfg.extra,
+        "table": table,
+        "records": len(records),
+        "outcomes": dict(sorted(Counter(r["outcome"] for r in records).items())),
+        "verdict": "unexpected" if unexpected else "as-expected",
+        "unexpected": unexpected,
+        "not_run": missing,
+        "command": cfg.command,
+        "seconds": round(seconds, 3),
+    }

@@ -4,7 +4,6 @@ and deliberately wrong mutants, all behind one small protocol and one registry."
 from replayverify.engines.base import (
     Engine,
     EngineResult,
-    Recovered,
     Recovery,
     Strategy,
     Tape,
@@ -43,7 +42,6 @@ __all__ = [
     "Guarded",
     "PolicyEngine",
     "ReadSet",
-    "Recovered",
     "Recovery",
     "Region",
     "Strategy",

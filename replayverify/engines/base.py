@@ -49,10 +49,11 @@ from replayverify.programs.interpreter import (
     REVERSE,
     Admission,
     ForwardRule,
-    OpEvent,
+    OpValues,
     execute,
     execute_op,
-    scatter_winners,
+    op_values,
+    written_positions,
 )
 from replayverify.programs.model import OpKind, Program
 from replayverify.programs.state import Snapshot, State, ViewLayout, initial_state, layouts
@@ -107,18 +108,15 @@ class Engine(Protocol):
 
 
 @dataclass
-class Recovered:
-    """The historical values one op's reverse rule needs: operands read and draws."""
-
-    operands: dict[str, np.ndarray]
-    draws: np.ndarray | None
-
-
-@dataclass
 class Recovery:
-    """A segment's recovered ops, in order, and the state its replay produced (if any)."""
+    """A segment's recovered ops, in order, and the state its replay produced (if any).
 
-    ops: list[Recovered]
+    Each op is an :class:`OpValues` holding the historical values its reverse rule needs
+    (operands read and draws): a replay's own record, or one built with
+    :meth:`Tape.recovered` from values a strategy retained.
+    """
+
+    ops: list[OpValues]
     replay: Snapshot | None = None
 
 
@@ -156,11 +154,9 @@ class Tape:
                 owner = st
             self.journal_owner.append(owner)
 
-    def segment_of(self, k: int) -> int:
-        for s, (a, b) in enumerate(self.bounds):
-            if a <= k < b:
-                return s
-        raise IndexError(k)
+    def recovered(self, k: int, operands: Mapping[str, Any], draws: Any = None) -> OpValues:
+        """The record of op ``k`` from recovered operand values and draws."""
+        return op_values(self.program, k, operands, draws)
 
     def keep(self, s: int, key: Any, value: Any, nbytes: int) -> None:
         """Retain ``value`` for backward, charging ``nbytes`` to segment ``s``."""
@@ -198,7 +194,7 @@ def gather_view(buffers: Mapping[str, Any], layout: ViewLayout) -> Any:
     return raw.view(layout.dtype).reshape(layout.view.shape)
 
 
-def operand_bytes(rec: Recovered) -> int:
+def operand_bytes(rec: OpValues) -> int:
     n = sum(int(v.nbytes) for v in rec.operands.values())
     return n + (0 if rec.draws is None else int(rec.draws.nbytes))
 
@@ -236,7 +232,7 @@ class Strategy:
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
         """Called before op ``k`` runs."""
 
-    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpValues) -> None:
         """Called after op ``k`` ran (``ev`` says what it read, wrote and drew)."""
 
     def end(self, tape: Tape, s: int, state: State) -> None:
@@ -246,7 +242,7 @@ class Strategy:
     def journal_open(self, tape: Tape, k: int, state: State) -> Any:
         return None
 
-    def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent,
+    def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpValues,
                       pending: Any) -> None:
         """Record the journal entry of op ``k``."""
 
@@ -258,18 +254,17 @@ class Strategy:
 
     # shared pieces of replay-based recovery
     def execute(self, program: Program, k: int, state: State,
-                draws: np.ndarray | None) -> OpEvent:
+                draws: np.ndarray | None) -> OpValues:
         """Re-execute op ``k`` during replay."""
         return execute_op(program, k, state, draws=draws, forward=self.forward)
 
     def replay(self, tape: Tape, s: int, state: State,
-               draws: Mapping[int, np.ndarray] | None = None) -> list[Recovered]:
+               draws: Mapping[int, np.ndarray] | None = None) -> list[OpValues]:
         """Re-execute segment ``s`` from the current state, capturing each op's operands."""
         a, b = tape.bounds[s]
         out = []
         for k in range(a, b):
-            ev = self.execute(tape.program, k, state, None if draws is None else draws.get(k))
-            rec = Recovered(ev.operands, ev.draws)
+            rec = self.execute(tape.program, k, state, None if draws is None else draws.get(k))
             tape.borrow(operand_bytes(rec))
             out.append(rec)
         tape.replayed_ops += b - a
@@ -299,17 +294,6 @@ class Strategy:
 # ---------------------------------------------------------------- the run loop
 
 
-@dataclass(frozen=True)
-class _ReverseRecord:
-    """The fields of an interpreter OpRecord that the reverse rules read."""
-
-    operands: dict[str, np.ndarray]
-    dtype: np.dtype
-    draws: np.ndarray | None
-    dst_size: int
-    where: np.ndarray | None  # flat positions written (None: all, in order)
-
-
 def _forward(tape: Tape, state: State) -> None:
     program = tape.program
     for s, (a, b) in enumerate(tape.bounds):
@@ -325,14 +309,16 @@ def _forward(tape: Tape, state: State) -> None:
         st.end(tape, s, state)
 
 
-def _back_op(tape: Tape, adj: dict[str, Any], k: int, rec: Recovered) -> None:
-    """vbar_p(k) += vbar_k * f_k'(v_p(k)) on storage slots, for op ``k``."""
+def _back_op(tape: Tape, adj: dict[str, Any], k: int, rec: OpValues) -> None:
+    """vbar_p(k) += vbar_k * f_k'(v_p(k)) on storage slots, for op ``k``.
+
+    What op ``k`` wrote follows from the *recovered* operands (a wrong recovered index
+    misplaces the adjoints, as it would in a real engine)."""
     xp = tape.xp
     op = tape.program.ops[k]
     dst = tape.lay[op.dst]
-    where = None
-    if op.kind is OpKind.SCATTER:
-        where = scatter_winners(rec.operands["index"], dst.size)[0]
+    operands = {f: v.reshape(-1) for f, v in rec.operands.items()}
+    where = written_positions(op, operands, dst.size)
     starts = dst.starts if xp is np else dst.starts_in(xp)
     slots = starts if where is None else starts[where]
     a = adj[dst.view.buffer]
@@ -341,9 +327,9 @@ def _back_op(tape: Tape, adj: dict[str, Any], k: int, rec: Recovered) -> None:
     rule = REVERSE[op.kind]
     if rule is None or not dst.view.is_float or g.size == 0:
         return
+    draws = None if rec.draws is None else rec.draws.reshape(-1)
     with np.errstate(all="ignore"):
-        contribs = rule(op, _ReverseRecord(rec.operands, dst.dtype, rec.draws, dst.size, where),
-                        g)
+        contribs = rule(OpValues(k, op, dst.dtype, dst.size, operands, draws, where), g)
     for f, c in contribs.items():
         src = tape.lay[getattr(op, f)]
         if xp is np:

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from replayverify.engines.base import Recovered, Recovery, Tape, operand_bytes
+from replayverify.engines.base import Recovery, Tape, operand_bytes
 from replayverify.engines.strategies import (
     Eager,
     JournalEntry,
@@ -24,7 +24,7 @@ from replayverify.engines.strategies import (
     Whole,
     read_fields,
 )
-from replayverify.programs.interpreter import FORWARD, ForwardRule, OpEvent, scatter_winners
+from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import State, layouts
 
@@ -115,7 +115,7 @@ class WholeMemcpyOverlap(Whole):
     hazard = "memmove"
 
     def execute(self, program: Program, k: int, state: State,
-                draws: np.ndarray | None) -> OpEvent:
+                draws: np.ndarray | None) -> OpValues:
         op = program.ops[k]
         if op.kind is not OpKind.COPY:
             return super().execute(program, k, state, draws)
@@ -127,12 +127,13 @@ class WholeMemcpyOverlap(Whole):
         for i in range(dst.size):  # per element on purpose: this is the bug
             at = xp.asarray(np.array([i]))
             dbuf[dst.bytes_of(at, xp)] = sbuf[src.bytes_of(at, xp)]
-        return OpEvent(k, {"x": x}, state.read(dst).reshape(-1), None, None, state.rng)
+        return OpValues(k, op, dst.dtype, dst.size, {"x": x.reshape(-1)},
+                        values=state.read(dst).reshape(-1))
 
 
-def _scatter_first_wins(op, o, d, t):
-    where, src = scatter_winners(o["index"], o["dst_size"], last_wins=False)
-    return o["x"].reshape(-1)[src], where
+def _scatter_first_wins(op, o, d, t, n):
+    where, src = scatter_winners(o["index"], n, last_wins=False)
+    return o["x"][src], where
 
 
 class WholeScatterFirstWins(Whole):
@@ -157,7 +158,7 @@ class WholeAnchorAfterFirstOp(Whole):
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
         pass
 
-    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpValues) -> None:
         super().after(tape, s, k, state, ev)
         if k == tape.bounds[s][0]:
             self.take_anchor(tape, s, state)
@@ -175,7 +176,7 @@ class ReadSetCaptureAfterWrite(ReadSet):
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
         pass
 
-    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpValues) -> None:
         self.capture(tape, s, k, state)
 
 
@@ -258,12 +259,12 @@ class RecomputeDropsUnusedWrites(Whole):
             recorded = None if draws is None else draws.get(k)
             if _read_later(tape, k, b):
                 ev = self.execute(tape.program, k, state, recorded)
-                rec = Recovered(ev.operands, ev.draws)
+                rec = ev
                 tape.replayed_ops += 1
             else:  # the bug: nothing in the recomputation reads it, so it is not redone
                 op = tape.program.ops[k]
                 operands = {f: state.read(tape.lay[getattr(op, f)]) for f in read_fields(op)}
-                rec = Recovered(operands, recorded)
+                rec = tape.recovered(k, operands, recorded)
             tape.borrow(operand_bytes(rec))
             out.append(rec)
         return out
@@ -324,14 +325,14 @@ class EarlyStopStaleDraw(Whole):
             for k in range(a, b):
                 if k < stop:
                     ev = self.execute(program, k, state, tape.data.get(("draws", k)))
-                    rec = Recovered(ev.operands, ev.draws)
+                    rec = ev
                     tape.replayed_ops += 1
                 else:
                     op = program.ops[k]
                     operands = {f: state.read(tape.lay[getattr(op, f)])
                                 for f in read_fields(op)}
                     kept = tape.data.get(("draws", k))
-                    rec = Recovered(operands, None if kept is None else
+                    rec = tape.recovered(k, operands, None if kept is None else
                                     tape.xp.zeros(kept.shape, dtype=kept.dtype))
                 tape.borrow(operand_bytes(rec))
                 ops.append(rec)

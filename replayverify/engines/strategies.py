@@ -17,7 +17,6 @@ from replayverify.engines.base import (
     INDEX_BYTES,
     RNG_BYTES,
     EngineResult,
-    Recovered,
     Recovery,
     Strategy,
     Tape,
@@ -27,14 +26,14 @@ from replayverify.engines.base import (
     run_strategies,
 )
 from replayverify.programs.arrays import array_namespace
-from replayverify.programs.interpreter import Admission, OpEvent, draw
+from replayverify.programs.interpreter import Admission, OpValues, draw
 from replayverify.programs.model import Op, Program
 from replayverify.programs.state import State
 
 
 def read_fields(op: Op) -> tuple[str, ...]:
     """The fields whose views an op reads: its value sources, then its index."""
-    return op.spec.sources + (("index",) if op.spec.indexed else ())
+    return op.spec.reads
 
 
 def redraw(tape: Tape, k: int, rng) -> np.ndarray | None:
@@ -74,7 +73,8 @@ class Eager(Strategy):
             saved, rng = tape.data[("eager", k)]
             op = tape.program.ops[k]
             operands = {f: gather_view(saved, tape.lay[getattr(op, f)]) for f in read_fields(op)}
-            ops.append(Recovered(operands, redraw(tape, k, self.rng_for(tape, k, rng, state))))
+            draws = redraw(tape, k, self.rng_for(tape, k, rng, state))
+            ops.append(tape.recovered(k, operands, draws))
         return Recovery(ops)
 
 
@@ -125,7 +125,7 @@ class ReadSet(Strategy):
                     operands[f] = raw.view(lay.dtype).reshape(lay.view.shape)
                 else:  # not retained: whatever the live storage holds now
                     operands[f] = state.read(lay)
-            ops.append(Recovered(operands, redraw(tape, k, rng)))
+            ops.append(tape.recovered(k, operands, redraw(tape, k, rng)))
         return Recovery(ops)
 
 
@@ -146,7 +146,7 @@ class Whole(Strategy):
     def begin(self, tape: Tape, s: int, state: State) -> None:
         self.take_anchor(tape, s, state)
 
-    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpValues) -> None:
         if ev.draws is not None:
             tape.keep(s, ("draws", k), ev.draws.copy(), ev.draws.nbytes)
 
@@ -228,7 +228,7 @@ class Region(Strategy):
         idx, _ = region_bytes(dst.index(tape.xp), g, buf.size)
         return idx, buf[idx]  # old bytes of every region the op may write
 
-    def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent,
+    def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpValues,
                       pending: Any) -> None:
         if pending is None:
             return
@@ -300,7 +300,7 @@ class Guarded(Region):
         super().begin(tape, s, state)
         self._whole.begin(tape, s, state)
 
-    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent) -> None:
+    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpValues) -> None:
         self._whole.after(tape, s, k, state, ev)
 
     def end(self, tape: Tape, s: int, state: State) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 from replayverify.engines.base import INDEX_BYTES, Tape
 from replayverify.engines.strategies import JournalEntry, Region
 from replayverify.gpu import journal as jr
-from replayverify.programs.interpreter import OpEvent
+from replayverify.programs.interpreter import OpValues
 from replayverify.programs.state import State
 
 
@@ -67,7 +67,7 @@ class JournalRegion(Region):
         lay = jr.layout(buf.size, np.unique(dst.byte_index // g), g)
         return jr.save(tape.xp, buf, lay)
 
-    def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpEvent,
+    def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpValues,
                       pending: Any) -> None:
         if not isinstance(pending, jr.Journal):
             super().journal_close(tape, s, k, state, ev, pending)

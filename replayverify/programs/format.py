@@ -33,6 +33,7 @@ from replayverify.programs.model import (
     Program,
     ProgramError,
     Rng,
+    ShapeRule,
     View,
 )
 from replayverify.untrusted import (
@@ -310,14 +311,14 @@ def _op(value: Any, field: str, views: dict[str, View]) -> Op:
         raise ProgramError(f"{field}.dst", f"{kind.value} needs float views, got {dst.dtype}")
     if spec.dtypes is DtypeRule.INT and dst.is_float:
         raise ProgramError(f"{field}.dst", f"{kind.value} needs integer views, got {dst.dtype}")
-    if kind is OpKind.GATHER:
+    if spec.shape is ShapeRule.GATHER:
         _shape_check(vs["index"], dst.shape, f"{field}.index")
         if len(vs["x"].shape) != 1:
-            raise ProgramError(f"{field}.x", "gather needs a 1-D source")
-    elif kind is OpKind.SCATTER:
+            raise ProgramError(f"{field}.x", f"{kind.value} needs a 1-D source")
+    elif spec.shape is ShapeRule.SCATTER:
         _shape_check(vs["index"], vs["x"].shape, f"{field}.index")
         if len(dst.shape) != 1:
-            raise ProgramError(f"{field}.dst", "scatter needs a 1-D destination")
+            raise ProgramError(f"{field}.dst", f"{kind.value} needs a 1-D destination")
     else:
         for src in spec.sources:
             _shape_check(vs[src], dst.shape, f"{field}.{src}")
@@ -336,11 +337,12 @@ def _op(value: Any, field: str, views: dict[str, View]) -> Op:
             coefs[c.name] = _float(value[c.name], cf)
             if dst.dtype == "float32" and abs(coefs[c.name]) > FLOAT32_MAX:
                 raise ProgramError(cf, "does not fit float32")
-    if kind is OpKind.DROPOUT:
-        keep = float(np.asarray(coefs["keep"], dtype=DTYPES[dst.dtype]))
-        if not 0.0 < keep <= 1.0:
-            raise ProgramError(f"{field}.keep", f"must be in (0, 1], got {coefs['keep']!r} "
-                               f"(as {dst.dtype}: {keep!r})")
+        if c.interval is not None:
+            lo, hi = c.interval
+            x = float(np.asarray(coefs[c.name], dtype=DTYPES[dst.dtype]))
+            if not lo < x <= hi:
+                raise ProgramError(cf, f"must be in ({lo:g}, {hi:g}], got {coefs[c.name]!r} "
+                                   f"(as {dst.dtype}: {x!r})")
     return Op(kind=kind, **{f: vs[f].name for f in names}, **coefs)
 
 

@@ -6,6 +6,11 @@ the bytes it tracks, per byte, the version id of its last writer. Every element 
 writes is a new version node; nodes are stored per op as arrays (operand version ids,
 operand values, consumed random values), never as one Python object per element.
 The reverse sweep over that graph gives dL/d(inputs).
+
+Where each op kind is defined: its static facts in ``model.OP_SPECS``; what it computes
+in :data:`FORWARD` (the one forward definition, also evaluated by the engines' replays
+and, on complex128, by the complex step); its reverse rule in :data:`REVERSE`; scatter's
+"last j wins" in :func:`scatter_winners`. One op's values are one :class:`OpValues`.
 """
 
 from __future__ import annotations
@@ -13,46 +18,57 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from replayverify.programs.arrays import array_namespace, scatter_add
 from replayverify.programs.errstate import quiet
-from replayverify.programs.model import DTYPES, Op, OpKind, Program
+from replayverify.programs.model import DTYPES, Draw, Op, OpKind, Program
 from replayverify.programs.philox import RngState, keep_mask, normals, uniforms, words
 from replayverify.programs.state import Snapshot, State, ViewLayout, initial_state, layouts
 
 # ---------------------------------------------------------------- forward rules
 #
-# A forward rule maps (op, operands, draws, dtype) to (values, where): ``values`` are
-# the new dst elements (flat, dst dtype) at flat positions ``where`` (None: all, in
-# order). Coefficients are first converted to the view's dtype, and every formula is
-# evaluated left to right with numpy ufuncs exactly as SPEC §2 writes it. Rules take the
+# FORWARD is the one definition of what each op computes. A forward rule maps
+# (op, operands, draws, dtype, n) to (values, where): operands are flat arrays in
+# row-major element order, optionally batched over a trailing axis (shape (elements,)
+# or (elements, batch)); index operands and draws are flat (elements,); ``dtype`` is the
+# destination view's, to which every coefficient is converted first; ``n`` is the
+# destination's element count. ``values`` are the new dst elements (dst-major, same
+# trailing batch axis) at flat positions ``where`` (None: all, in order). Every formula
+# is evaluated left to right with ufuncs exactly as SPEC §2 writes it. The interpreter
+# and the engines' replays evaluate it on the view's dtype; the complex step evaluates
+# the same rules on complex128 operands batched over input coordinates. Rules take the
 # ufuncs from the operands' array module (``array_namespace``), so they run unchanged on
 # CuPy arrays; on NumPy they are NumPy's.
 
-Operands = dict[str, np.ndarray]
-ForwardRule = Callable[[Op, Operands, "np.ndarray | None", np.dtype], tuple]
+Operands = dict[str, Any]
+ForwardRule = Callable[[Op, Operands, Any, np.dtype, int], tuple]
 
 
-def _c(op: Op, name: str, dtype: np.dtype):
-    return dtype.type(op.coef(name))
+def _col(d: Any, x: Any) -> Any:
+    """Per-element draws shaped to broadcast against ``x`` (batched or not)."""
+    return d if x.ndim == 1 else d.reshape((-1,) + (1,) * (x.ndim - 1))
 
 
-def _axpby(op, o, d, t):
-    return ((_c(op, "a", t) * o["x"] + _c(op, "b", t) * o["y"]) + _c(op, "c", t)), None
+def _axpby(op, o, d, t, n):
+    return ((op.coef_as("a", t) * o["x"] + op.coef_as("b", t) * o["y"])
+            + op.coef_as("c", t)), None
 
 
-def _gather(op, o, d, t):
-    x = o["x"].reshape(-1)
-    return x[array_namespace(x).mod(o["index"].reshape(-1), x.size)], None
+def _gather(op, o, d, t, n):
+    x = o["x"]
+    return x[array_namespace(x).mod(o["index"], x.shape[0])], None
 
 
 def scatter_winners(index, n: int, last_wins: bool = True):
     """(positions, sources): for each dst position hit, the j that wins (the last by SPEC).
 
-    Positions are ascending. On NumPy, ``np.unique`` (first occurrence, stable); on other
-    array modules a sort of the unique keys ``pos * m + j``, which needs no stable sort.
+    The one statement of scatter's "last j wins" (SPEC §2): the forward rule, the reverse
+    rule, the tangent rule and the engines' backward all take it from here. Positions
+    are ascending. On NumPy, ``np.unique`` (first occurrence, stable); on other array
+    modules a sort of the unique keys ``pos * m + j``, which needs no stable sort.
     """
     xp = array_namespace(index)
     if xp is not np:
@@ -77,56 +93,91 @@ def _scatter_winners_sorted(xp: ModuleType, index, n: int, last_wins: bool):
     return p[ends], j[ends]
 
 
-def _scatter(op, o, d, t):
-    where, src = scatter_winners(o["index"], o["dst_size"])
-    return o["x"].reshape(-1)[src], where
+def _scatter(op, o, d, t, n):
+    where, src = scatter_winners(o["index"], n)
+    return o["x"][src], where
 
 
 FORWARD: dict[OpKind, ForwardRule] = {
     OpKind.AXPBY: _axpby,
-    OpKind.MUL: lambda op, o, d, t: (o["x"] * o["y"], None),
-    OpKind.TANH: lambda op, o, d, t: (array_namespace(o["x"]).tanh(_c(op, "a", t) * o["x"]),
-                                      None),
-    OpKind.SIN: lambda op, o, d, t: (array_namespace(o["x"]).sin(_c(op, "a", t) * o["x"]),
-                                     None),
-    OpKind.COPY: lambda op, o, d, t: (o["x"].copy(), None),
-    OpKind.NOISE: lambda op, o, d, t: (o["x"] + _c(op, "sigma", t) * d.reshape(o["x"].shape),
-                                       None),
-    OpKind.DROPOUT: lambda op, o, d, t: ((o["x"] * d.reshape(o["x"].shape)) / _c(op, "keep", t),
-                                         None),
+    OpKind.MUL: lambda op, o, d, t, n: (o["x"] * o["y"], None),
+    OpKind.TANH: lambda op, o, d, t, n: (
+        array_namespace(o["x"]).tanh(op.coef_as("a", t) * o["x"]), None),
+    OpKind.SIN: lambda op, o, d, t, n: (
+        array_namespace(o["x"]).sin(op.coef_as("a", t) * o["x"]), None),
+    OpKind.COPY: lambda op, o, d, t, n: (o["x"].copy(), None),
+    OpKind.NOISE: lambda op, o, d, t, n: (o["x"] + op.coef_as("sigma", t) * _col(d, o["x"]),
+                                          None),
+    OpKind.DROPOUT: lambda op, o, d, t, n: ((o["x"] * _col(d, o["x"])) / op.coef_as("keep", t),
+                                            None),
     OpKind.GATHER: _gather,
     OpKind.SCATTER: _scatter,
-    OpKind.IADD: lambda op, o, d, t: (o["x"] + _c(op, "k", t), None),
-    OpKind.IXOR: lambda op, o, d, t: (o["x"] ^ _c(op, "k", t), None),
-    OpKind.ICOPY: lambda op, o, d, t: (o["x"].copy(), None),
+    OpKind.IADD: lambda op, o, d, t, n: (o["x"] + op.coef_as("k", t), None),
+    OpKind.IXOR: lambda op, o, d, t, n: (o["x"] ^ op.coef_as("k", t), None),
+    OpKind.ICOPY: lambda op, o, d, t, n: (o["x"].copy(), None),
 }
+
+
+def written_positions(op: Op, operands: Operands, n: int) -> Any:
+    """The flat dst positions op writes given its operands (None: all, in order)."""
+    if not op.spec.partial:
+        return None
+    return scatter_winners(operands["index"], n)[0]
 
 
 def draw(op: Op, rng: RngState, n: int, dtype: np.dtype,
          xp: ModuleType = np) -> tuple[np.ndarray, RngState]:
-    """The random values op consumes from ``rng``: z cast to dtype (noise) or the mask.
+    """The random values op consumes from ``rng`` (``OpSpec.draws`` says which: z cast to
+    dtype, or the keep mask) and the advanced state.
 
     Computed on the host by the CPU Philox, then moved to ``xp``: every array module sees
     the same bits (words, uniforms, masks and also the normals).
     """
     u1, u2 = uniforms(words(rng, n))
-    if op.kind is OpKind.NOISE:
+    if op.spec.draws is Draw.NORMAL:
         values = normals(u1, u2).astype(dtype)
     else:
-        values = keep_mask(u1, dtype.type(op.keep), dtype)
+        values = keep_mask(u1, op.coef_as("keep", dtype), dtype)
     return (values if xp is np else xp.asarray(values)), rng.advanced(n)
 
 
-@dataclass
-class OpEvent:
-    """What one op did: operands read, values written at ``where``, draws consumed."""
+@dataclass(frozen=True, slots=True)
+class OpValues:
+    """The values of one op: what it read, drew and wrote. The one record of an op's
+    values: the interpreter, the engines' replays and recoveries, the checkers and the
+    reverse rules all use it.
+
+    ``operands``: each field the op reads (its sources, then ``index``) -> the values
+    read before any write of the op, flat in row-major element order; ``draws``: the
+    random values it consumed (flat; None when it draws nothing); ``where``: the flat
+    dst positions it wrote (None: all, in order); ``values``: what it wrote there (flat,
+    dst dtype; None in a record a recovery made, which backward does not need).
+    """
 
     index: int
+    op: Op
+    dtype: np.dtype  # the destination view's
+    dst_size: int
     operands: Operands
-    values: np.ndarray
-    where: np.ndarray | None
-    draws: np.ndarray | None
-    rng_before: RngState
+    draws: Any = None
+    where: Any = None
+    values: Any = None
+
+    @property
+    def float_op(self) -> bool:
+        """The op writes a float view (only such ops carry derivatives)."""
+        return self.dtype.kind == "f"
+
+
+def op_values(program: Program, k: int, operands: Operands, draws: Any = None) -> OpValues:
+    """The record of op ``k`` from operand values (view-shaped or flat) and draws, as a
+    recovery supplies them: ``where`` follows from the recovered index."""
+    op = program.ops[k]
+    dst = layouts(program)[op.dst]
+    flat = {f: v.reshape(-1) for f, v in operands.items()}
+    return OpValues(k, op, dst.dtype, dst.size, flat,
+                    None if draws is None else draws.reshape(-1),
+                    written_positions(op, flat, dst.size))
 
 
 def execute_op(
@@ -135,8 +186,8 @@ def execute_op(
     state: State,
     *,
     draws: np.ndarray | None = None,
-    forward: dict[OpKind, ForwardRule] = FORWARD,
-) -> OpEvent:
+    forward: Mapping[OpKind, ForwardRule] = FORWARD,
+) -> OpValues:
     """Run op ``k`` on ``state`` in place: gather, compute, scatter (memmove semantics).
 
     ``draws`` replays recorded random values instead of drawing; the generator is
@@ -144,22 +195,21 @@ def execute_op(
     the state's array module: operands, values and draws are ``state.xp`` arrays.
     """
     op = program.ops[k]
+    spec = op.spec
     lay = layouts(program)
     dst = lay[op.dst]
-    operands = {f: state.read(lay[getattr(op, f)]) for f in op.spec.sources}
-    if op.spec.indexed:
-        operands["index"] = state.read(lay[op.index])
-        operands["dst_size"] = dst.size  # type: ignore[assignment]
-    rng_before = state.rng
-    if op.spec.draws:
-        fresh, state.rng = draw(op, state.rng, dst.size, dst.dtype, state.xp)
-        draws = fresh if draws is None else draws
+    operands = {f: state.read(lay[getattr(op, f)]).reshape(-1) for f in spec.reads}
+    if spec.draws:
+        if draws is None:
+            draws, state.rng = draw(op, state.rng, dst.size, dst.dtype, state.xp)
+        else:
+            draws = draws.reshape(-1)
+            state.rng = state.rng.advanced(dst.size)
     with np.errstate(over="ignore", invalid="ignore"):
-        values, where = forward[op.kind](op, operands, draws, dst.dtype)
+        values, where = forward[op.kind](op, operands, draws, dst.dtype, dst.size)
     values = state.xp.asarray(values).astype(dst.dtype, copy=False).reshape(-1)
     state.write(dst, values, where)
-    operands.pop("dst_size", None)
-    return OpEvent(k, operands, values, where, draws, rng_before)
+    return OpValues(k, op, dst.dtype, dst.size, operands, draws, where, values)
 
 
 def run_forward(program: Program, state: State | None = None, start: int = 0,
@@ -180,19 +230,20 @@ def loss_of(program: Program, state: State) -> float:
 
 # ---------------------------------------------------------------- reverse rules
 #
-# A reverse rule maps (op, record, gbar) to {source field: contribution per source
-# element} with gbar the adjoints of the written elements (at ``record.where``).
-# Derivatives are evaluated in float64 from the recorded operand values, with the ufuncs
-# of their array module (the engines run these rules on CuPy arrays too).
+# A reverse rule maps (values, gbar) to {source field: contribution per source element}:
+# ``values`` is the op's :class:`OpValues` record (the historical operands and draws),
+# ``gbar`` the adjoints of the written elements (at ``values.where``). Derivatives are
+# evaluated in float64 from the recorded operand values, with the ufuncs of their array
+# module (the engines run these rules on CuPy arrays too).
 
-ReverseRule = Callable[[Op, "OpRecord", np.ndarray], dict]
-
-
-def _f64(op: Op, name: str, dtype: np.dtype) -> float:
-    return float(dtype.type(op.coef(name)))
+ReverseRule = Callable[[OpValues, Any], dict]
 
 
-def _rev_gather(op, rec, g):
+def _f64(rec: OpValues, name: str) -> float:
+    return float(rec.op.coef_as(name, rec.dtype))
+
+
+def _rev_gather(rec, g):
     xp = array_namespace(g)
     n = rec.operands["x"].size
     dx = xp.zeros(n, dtype=g.dtype)
@@ -200,7 +251,7 @@ def _rev_gather(op, rec, g):
     return {"x": dx}
 
 
-def _rev_scatter(op, rec, g):
+def _rev_scatter(rec, g):
     xp = array_namespace(g)
     g_dst = xp.zeros(rec.dst_size, dtype=g.dtype)
     g_dst[rec.where] = g
@@ -210,25 +261,21 @@ def _rev_scatter(op, rec, g):
     return {"x": dx}
 
 
-def _x(rec) -> np.ndarray:
-    return rec.operands["x"].reshape(-1).astype(np.float64)
+def _x(rec: OpValues, f: str = "x") -> np.ndarray:
+    return rec.operands[f].reshape(-1).astype(np.float64)
 
 
 REVERSE: dict[OpKind, ReverseRule | None] = {
-    OpKind.AXPBY: lambda op, rec, g: {"x": g * _f64(op, "a", rec.dtype),
-                                      "y": g * _f64(op, "b", rec.dtype)},
-    OpKind.MUL: lambda op, rec, g: {"x": g * rec.operands["y"].reshape(-1).astype(np.float64),
-                                    "y": g * _x(rec)},
-    OpKind.TANH: lambda op, rec, g: {
-        "x": g * _f64(op, "a", rec.dtype)
-        * (1.0 - array_namespace(g).tanh(_f64(op, "a", rec.dtype) * _x(rec)) ** 2)},
-    OpKind.SIN: lambda op, rec, g: {
-        "x": g * _f64(op, "a", rec.dtype)
-        * array_namespace(g).cos(_f64(op, "a", rec.dtype) * _x(rec))},
-    OpKind.COPY: lambda op, rec, g: {"x": g},
-    OpKind.NOISE: lambda op, rec, g: {"x": g},
-    OpKind.DROPOUT: lambda op, rec, g: {
-        "x": g * rec.draws.astype(np.float64) / _f64(op, "keep", rec.dtype)},
+    OpKind.AXPBY: lambda rec, g: {"x": g * _f64(rec, "a"), "y": g * _f64(rec, "b")},
+    OpKind.MUL: lambda rec, g: {"x": g * _x(rec, "y"), "y": g * _x(rec)},
+    OpKind.TANH: lambda rec, g: {
+        "x": g * _f64(rec, "a") * (1.0 - array_namespace(g).tanh(_f64(rec, "a") * _x(rec)) ** 2)},
+    OpKind.SIN: lambda rec, g: {
+        "x": g * _f64(rec, "a") * array_namespace(g).cos(_f64(rec, "a") * _x(rec))},
+    OpKind.COPY: lambda rec, g: {"x": g},
+    OpKind.NOISE: lambda rec, g: {"x": g},
+    OpKind.DROPOUT: lambda rec, g: {
+        "x": g * rec.draws.reshape(-1).astype(np.float64) / _f64(rec, "keep")},
     OpKind.GATHER: _rev_gather,
     OpKind.SCATTER: _rev_scatter,
     # Integer ops write integers: nothing flows back through them.
@@ -256,20 +303,12 @@ class Admission:
         return {"supported": self.supported, "reason": self.reason}
 
 
-@dataclass
-class OpRecord:
-    """The version nodes one op created, stored as arrays."""
+@dataclass(frozen=True, slots=True)
+class OpVersions:
+    """The version nodes one op read and created, stored as arrays."""
 
-    index: int
-    op: Op
-    dtype: np.dtype
-    float_op: bool
-    read_vids: dict[str, np.ndarray]  # per differentiable source field, one id per element
-    operands: Operands
-    out_vids: np.ndarray  # ids of the written elements (at ``where``)
-    where: np.ndarray | None
-    draws: np.ndarray | None
-    dst_size: int
+    reads: dict[str, np.ndarray]  # per float source field, the id each element read
+    writes: np.ndarray  # ids of the written elements (at the op's ``where``)
 
 
 class _Nodes:
@@ -308,7 +347,8 @@ class Execution:
 
     program: Program
     state: State  # final (B_T, R_T)
-    records: list[OpRecord]
+    records: list[OpValues]  # per op, what it read, drew and wrote
+    versions: list[OpVersions]  # per op, the version nodes it read and wrote
     input_vids: np.ndarray
     loss_vids: np.ndarray
     loss: float
@@ -395,7 +435,7 @@ def given_draws(program: Program, draws: Mapping[int, np.ndarray]) -> dict[int, 
 
 @quiet
 def execute(program: Program, *, record_boundaries: bool = True,
-            forward: dict[OpKind, ForwardRule] = FORWARD,
+            forward: Mapping[OpKind, ForwardRule] = FORWARD,
             draws: Mapping[int, np.ndarray] | None = None) -> Execution:
     """Run ``program`` with version tracking (SPEC §3).
 
@@ -421,7 +461,8 @@ def execute(program: Program, *, record_boundaries: bool = True,
     input_vids = np.concatenate(input_ids) if input_ids else np.empty(0, np.int64)
 
     admission = Admission(True)
-    records: list[OpRecord] = []
+    records: list[OpValues] = []
+    versions: list[OpVersions] = []
     cuts = np.cumsum((0,) + program.segments).tolist()  # ops done at each boundary
     boundaries: list[Snapshot] = []
     if record_boundaries:
@@ -443,8 +484,8 @@ def execute(program: Program, *, record_boundaries: bool = True,
         out = nodes.add(k, DTYPE_CODE[dst.view.dtype], starts)
         item = dst.dtype.itemsize
         writer[dst.view.buffer][dst.bytes_of(ev.where)] = np.repeat(out, item)
-        records.append(OpRecord(k, op, dst.dtype, float_op, read_vids, ev.operands, out,
-                                ev.where, ev.draws, dst.size))
+        records.append(ev)
+        versions.append(OpVersions(read_vids, out))
         if record_boundaries and (k + 1) in cuts:
             boundaries += [state.snapshot()] * cuts.count(k + 1)
 
@@ -455,8 +496,8 @@ def execute(program: Program, *, record_boundaries: bool = True,
                                      len(program.ops), "the loss")
         if reason and admission.supported:
             admission = Admission(False, reason, None)
-    return Execution(program, state, records, input_vids, loss_vids, loss_of(program, state),
-                     admission, nodes.n, boundaries)
+    return Execution(program, state, records, versions, input_vids, loss_vids,
+                     loss_of(program, state), admission, nodes.n, boundaries)
 
 
 def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
@@ -465,8 +506,8 @@ def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
 
 
 @quiet
-def reverse_sweep(ex: Execution, reverse: dict[OpKind, ReverseRule | None] = REVERSE,
-                  operands: Callable[[OpRecord], Operands] | None = None) -> np.ndarray:
+def reverse_sweep(ex: Execution, reverse: Mapping[OpKind, ReverseRule | None] = REVERSE,
+                  operands: Callable[[OpValues], Operands] | None = None) -> np.ndarray:
     """vbar_p(k) += vbar_k * f_k'(v_p(k)) over the version graph, in reverse op order.
 
     ``operands`` may substitute the operand values a rule sees (the final-storage
@@ -476,49 +517,48 @@ def reverse_sweep(ex: Execution, reverse: dict[OpKind, ReverseRule | None] = REV
     # so the reference's own rounding stays well below the tolerance it judges with.
     adj = np.zeros(ex.n_nodes, dtype=np.longdouble)
     _accumulate(adj, ex.loss_vids, np.asarray(ex.program.loss.weights, dtype=np.float64))
-    for rec in reversed(ex.records):
+    for rec, ver in zip(reversed(ex.records), reversed(ex.versions)):
         rule = reverse[rec.op.kind]
-        if rule is None or not rec.float_op or rec.out_vids.size == 0:
+        if rule is None or not rec.float_op or ver.writes.size == 0:
             continue
-        g = adj[rec.out_vids]
+        g = adj[ver.writes]
         if operands is not None:
             rec = replace(rec, operands=operands(rec))
-        for f, contrib in rule(rec.op, rec, g).items():
-            _accumulate(adj, rec.read_vids[f], contrib)
+        for f, contrib in rule(rec, g).items():
+            _accumulate(adj, ver.reads[f], contrib)
     return adj[ex.input_vids].astype(np.float64)
 
 
-# The operand fields whose values a reverse rule depends on (SPEC §5, final-storage).
-VALUE_OPERANDS: dict[OpKind, tuple[str, ...]] = {
-    OpKind.MUL: ("x", "y"), OpKind.TANH: ("x",), OpKind.SIN: ("x",),
-    OpKind.GATHER: ("index",), OpKind.SCATTER: ("index",),
-}
-
-
-def final_storage_operands(ex: Execution) -> Callable[[OpRecord], Operands]:
-    """Operands as a sweep that reads final storage instead of versions would see them."""
+def final_storage_operands(ex: Execution) -> Callable[[OpValues], Operands]:
+    """Operands as a sweep that reads final storage instead of versions would see them:
+    each op's value operands (``OpSpec.value_operands``) read from the final state."""
     lay = layouts(ex.program)
 
-    def operands(rec: OpRecord) -> Operands:
+    def operands(rec: OpValues) -> Operands:
         out = dict(rec.operands)
-        for f in VALUE_OPERANDS.get(rec.op.kind, ()):
-            out[f] = ex.state.read(lay[getattr(rec.op, f)])
+        for f in rec.op.spec.value_operands:
+            out[f] = ex.state.read(lay[getattr(rec.op, f)]).reshape(-1)
         return out
 
     return operands
 
 
+def stale_reads(ex: Execution) -> list[tuple[int, str]]:
+    """(op, field) for every value operand of a float op whose bytes differ in the final
+    storage from the version the op read (SPEC §5, final-storage)."""
+    final = final_storage_operands(ex)
+    out = []
+    for rec in ex.records:
+        if rec.float_op and rec.op.spec.value_operands:
+            now = final(rec)
+            out += [(rec.index, f) for f in rec.op.spec.value_operands
+                    if now[f].tobytes() != rec.operands[f].tobytes()]
+    return out
+
+
 def stale_operands(ex: Execution) -> list[int]:
     """Ops whose value operands were read from bytes that differ in the final storage."""
-    stale = []
-    final = final_storage_operands(ex)
-    for rec in ex.records:
-        if rec.op.kind in VALUE_OPERANDS and rec.float_op:
-            now = final(rec)
-            if any(not np.array_equal(now[f].view(np.uint8), rec.operands[f].view(np.uint8))
-                   for f in VALUE_OPERANDS[rec.op.kind]):
-                stale.append(rec.index)
-    return stale
+    return sorted({k for k, _ in stale_reads(ex)})
 
 
 def hazard_gradient(ex: Execution) -> np.ndarray:

@@ -1,13 +1,25 @@
 """The program IR: a few frozen dataclasses and one enum of op kinds (SPEC §2).
 
 A program is data. Nothing about a particular program lives in code paths: the
-tables below say, per op kind, which fields name views and which are coefficients.
+``OP_SPECS`` table says, per op kind, which fields name views and which are
+coefficients, its dtype and shape rules, whether and what it draws, and which operand
+values its derivative depends on. Where each op kind is defined:
+
+- here, ``OP_SPECS``: its static facts (validated by ``programs.format``);
+- ``programs.interpreter.FORWARD``: its one forward definition (the interpreter, the
+  engines' replays and the complex step all evaluate it), and ``REVERSE``: its reverse
+  rule;
+- ``verifier.forward_jacobian.TANGENT``: its tangent rule, derived independently of
+  ``REVERSE`` on purpose (the forward Jacobian checks the reverse rules);
+- ``programs.philox``: the draws (``Draw``) and their Philox stream.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -59,43 +71,79 @@ class DtypeRule(enum.Enum):
     SAME = "same"  # dst and sources: the same dtype, float or integer
 
 
+class ShapeRule(enum.Enum):
+    """How an op's operand shapes relate to its destination, and what it writes."""
+
+    ELEMENTWISE = "elementwise"  # every source shaped like dst; dst written whole
+    GATHER = "gather"  # x 1-D of length n, index shaped like dst; dst written whole
+    SCATTER = "scatter"  # dst 1-D, index shaped like x; only the positions hit, last j wins
+
+
+class Draw(enum.Enum):
+    """What a drawing op makes of each element's Philox block (SPEC §2, Random draws)."""
+
+    NORMAL = "normal"  # z = Box-Muller(u1, u2), cast to the view's dtype
+    KEEP_MASK = "keep-mask"  # 1 where u1 < keep else 0, in the view's dtype
+
+
 @dataclass(frozen=True, slots=True)
 class Coef:
-    """A coefficient field: ``kind`` is "float" or "int"; ``default`` None means required."""
+    """A coefficient field: ``kind`` is "float" or "int"; ``default`` None means required;
+    ``interval`` (lo, hi): the value converted to the view's dtype must lie in (lo, hi]."""
 
     name: str
     kind: str
     default: float | int | None = None
+    interval: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class OpSpec:
-    """The static shape of one op kind: its view fields, coefficients and dtype rule."""
+    """Everything static about one op kind (SPEC §2): its view fields, coefficients,
+    dtype and shape rules, what it draws, and the operand values its reverse rule reads."""
 
     sources: tuple[str, ...]  # value sources, read before any write
     coefs: tuple[Coef, ...]
     dtypes: DtypeRule
-    draws: bool = False  # consumes one Philox block per dst element
-    indexed: bool = False  # has an integer ``index`` view
+    draws: Draw | None = None  # one Philox block per dst element, used as ``draws`` says
+    shape: ShapeRule = ShapeRule.ELEMENTWISE
+    value_operands: tuple[str, ...] = ()  # operands whose values the derivative depends on
+
+    @property
+    def indexed(self) -> bool:
+        """The op has an integer ``index`` view (gather, scatter)."""
+        return self.shape is not ShapeRule.ELEMENTWISE
+
+    @property
+    def partial(self) -> bool:
+        """The op writes only the dst positions its index hits (scatter)."""
+        return self.shape is ShapeRule.SCATTER
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The fields whose views the op reads: its value sources, then its index."""
+        return self.sources + (("index",) if self.indexed else ())
 
     @property
     def view_fields(self) -> tuple[str, ...]:
-        return ("dst",) + self.sources + (("index",) if self.indexed else ())
+        return ("dst",) + self.reads
 
 
 _F = DtypeRule.FLOAT
+_A = Coef("a", "float", 1.0)
 OP_SPECS: dict[OpKind, OpSpec] = {
-    OpKind.AXPBY: OpSpec(
-        ("x", "y"), (Coef("a", "float", 1.0), Coef("b", "float", 1.0), Coef("c", "float", 0.0)), _F
-    ),
-    OpKind.MUL: OpSpec(("x", "y"), (), _F),
-    OpKind.TANH: OpSpec(("x",), (Coef("a", "float", 1.0),), _F),
-    OpKind.SIN: OpSpec(("x",), (Coef("a", "float", 1.0),), _F),
+    OpKind.AXPBY: OpSpec(("x", "y"), (_A, Coef("b", "float", 1.0), Coef("c", "float", 0.0)), _F),
+    OpKind.MUL: OpSpec(("x", "y"), (), _F, value_operands=("x", "y")),
+    OpKind.TANH: OpSpec(("x",), (_A,), _F, value_operands=("x",)),
+    OpKind.SIN: OpSpec(("x",), (_A,), _F, value_operands=("x",)),
     OpKind.COPY: OpSpec(("x",), (), DtypeRule.SAME),
-    OpKind.NOISE: OpSpec(("x",), (Coef("sigma", "float"),), _F, draws=True),
-    OpKind.DROPOUT: OpSpec(("x",), (Coef("keep", "float"),), _F, draws=True),
-    OpKind.GATHER: OpSpec(("x",), (), DtypeRule.SAME, indexed=True),
-    OpKind.SCATTER: OpSpec(("x",), (), DtypeRule.SAME, indexed=True),
+    OpKind.NOISE: OpSpec(("x",), (Coef("sigma", "float"),), _F, draws=Draw.NORMAL),
+    OpKind.DROPOUT: OpSpec(("x",), (Coef("keep", "float", interval=(0.0, 1.0)),), _F,
+                           draws=Draw.KEEP_MASK),
+    OpKind.GATHER: OpSpec(("x",), (), DtypeRule.SAME, shape=ShapeRule.GATHER,
+                          value_operands=("index",)),
+    OpKind.SCATTER: OpSpec(("x",), (), DtypeRule.SAME, shape=ShapeRule.SCATTER,
+                           value_operands=("index",)),
     OpKind.IADD: OpSpec(("x",), (Coef("k", "int"),), DtypeRule.INT),
     OpKind.IXOR: OpSpec(("x",), (Coef("k", "int"),), DtypeRule.INT),
     OpKind.ICOPY: OpSpec(("x",), (), DtypeRule.INT),
@@ -118,10 +166,10 @@ class View:
     offset: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]
+    size: int = field(init=False, compare=False, repr=False)  # element count, derived
 
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", math.prod(self.shape))
 
     @property
     def itemsize(self) -> int:
@@ -185,6 +233,11 @@ class Op:
     def coef(self, name: str):
         return getattr(self, name)
 
+    def coef_as(self, name: str, dtype: np.dtype) -> Any:
+        """A coefficient converted to ``dtype`` (the view's dtype), as SPEC §2 converts
+        every coefficient before a formula uses it; ``float()`` of it is its float64."""
+        return dtype.type(getattr(self, name))
+
 
 @dataclass(frozen=True, slots=True)
 class Loss:
@@ -203,6 +256,10 @@ class Program:
     rng: Rng = Rng()
     segments: tuple[int, ...] = ()
     inputs: tuple[str, ...] = ()
+    # Data derived from the fields above, computed once on first use and carried with the
+    # program (its hash, its view layouts): never compared, hashed or copied by replace().
+    derived: dict[str, Any] = field(init=False, default_factory=dict, compare=False,
+                                    repr=False)
 
     def view(self, name: str) -> View:
         for v in self.views:
@@ -240,6 +297,10 @@ class Program:
 
     @property
     def sha256(self) -> str:
-        from replayverify.programs.format import program_sha256
+        """SHA-256 of the canonical JSON, computed once per program object."""
+        sha = self.derived.get("sha256")
+        if sha is None:
+            from replayverify.programs.format import program_sha256
 
-        return program_sha256(self)
+            sha = self.derived["sha256"] = program_sha256(self)
+        return sha

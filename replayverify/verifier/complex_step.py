@@ -3,9 +3,10 @@
 The program runs on complex128 shadow storage: every 8-byte word of every buffer is
 one complex number per input coordinate, storage shape (coordinates, words), with
 input coordinate c perturbed by i*h, h = 1e-200. All coordinates go in one pass.
-Each float op is evaluated with numpy's complex arithmetic and functions on
-(real + i*imag) operands; no derivative formula is written here, and
-gradient = Im(L) / h.
+Each float op is evaluated by the interpreter's own forward rule (``FORWARD``, the one
+definition of the op) on complex128 operands (real + i*imag) batched over the
+coordinates; no formula and no derivative is written here, and
+gradient = Im(L) / h. What is differentiated is the function the interpreter runs.
 
 The real part of every word is the storage's bytes, produced by :func:`execute_op`:
 Re f(x + i*h*t) = f(x) - O(h^2), below float64 resolution at h = 1e-200, so taking
@@ -18,56 +19,18 @@ have no derivative, and admission guarantees no float op reads them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
-from replayverify.programs.model import Op, OpKind, Program
+from replayverify.programs.model import OpKind, Program
 from replayverify.programs.state import ViewLayout, initial_state, layouts
-from replayverify.verifier.forward_jacobian import winners
 
 H = 1e-200
 WORD = 8  # bytes per float64 word
-
-ComplexRule = Callable[[Op, dict, "np.ndarray | None", int],
-                       "tuple[np.ndarray, np.ndarray | None]"]
-
-
-def _c(op: Op, name: str) -> np.float64:
-    return np.float64(op.coef(name))
-
-
-def _gather(op, o, d, n):
-    x = o["x"]
-    return x[:, np.mod(o["index"].astype(np.int64), x.shape[1])], None
-
-
-def _scatter(op, o, d, n):
-    where, src = winners(o["index"], n)
-    return o["x"][:, src], where
-
-
-# Batched complex forward rules: operands (coordinates, elements) complex128, draws and
-# index flat and real. Formulas are SPEC §2's, evaluated in complex128.
-COMPLEX: dict[OpKind, ComplexRule | None] = {
-    OpKind.AXPBY: lambda op, o, d, n: ((_c(op, "a") * o["x"] + _c(op, "b") * o["y"])
-                                       + _c(op, "c"), None),
-    OpKind.MUL: lambda op, o, d, n: (o["x"] * o["y"], None),
-    OpKind.TANH: lambda op, o, d, n: (np.tanh(_c(op, "a") * o["x"]), None),
-    OpKind.SIN: lambda op, o, d, n: (np.sin(_c(op, "a") * o["x"]), None),
-    OpKind.COPY: lambda op, o, d, n: (o["x"], None),
-    OpKind.NOISE: lambda op, o, d, n: (o["x"] + _c(op, "sigma") * d.reshape(1, -1), None),
-    OpKind.DROPOUT: lambda op, o, d, n: ((o["x"] * d.reshape(1, -1)) / _c(op, "keep"), None),
-    OpKind.GATHER: _gather,
-    OpKind.SCATTER: _scatter,
-    # Integer ops: no imaginary part flows through integers.
-    OpKind.IADD: None,
-    OpKind.IXOR: None,
-    OpKind.ICOPY: None,
-}
 
 
 def float32_views(program: Program) -> list[str]:
@@ -108,13 +71,13 @@ def complex_step(
     program: Program,
     *,
     refusal: str = "",
-    forward: dict[OpKind, ForwardRule] = FORWARD,
-    rules: dict[OpKind, ComplexRule | None] = COMPLEX,
+    forward: Mapping[OpKind, ForwardRule] = FORWARD,
     h: float = H,
 ) -> ComplexStep:
     """dL/d(inputs) = Im(L(inputs + i*h*e_c)) / h for every coordinate c, in one pass.
 
     ``refusal`` is the interpreter's admission reason when the derivative is not admitted.
+    ``forward`` is the forward rule table, for the real and the complex evaluation alike.
     """
     f32 = float32_views(program)
     if f32:
@@ -142,17 +105,13 @@ def complex_step(
             continue
         imag = {f: im.read(lay[getattr(op, f)]) for f in op.spec.sources}
         ev = execute_op(program, k, state, forward=forward)
-        rule = rules[op.kind]
-        if rule is None:
-            raise ValueError(f"op {k}: {op.kind.value} writes a float view but has no "
-                             "complex rule")
         with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are legal values
-            operands = {f: ev.operands[f].reshape(1, -1) + 1j * imag[f] for f in imag}
+            # (elements, coordinates): the forward rules batch over a trailing axis
+            operands = {f: ev.operands[f][:, None] + 1j * imag[f].T for f in imag}
             if op.spec.indexed:
-                operands["index"] = ev.operands["index"].reshape(-1)
-            draws = None if ev.draws is None else ev.draws.reshape(-1).astype(np.float64)
-            out, where = rule(op, operands, draws, dst.size)
-        im.write(dst, np.imag(out), where)
+                operands["index"] = ev.operands["index"]
+            out, where = forward[op.kind](op, operands, ev.draws, dst.dtype, dst.size)
+        im.write(dst, np.imag(out).T, where)
 
     loss = lay[program.loss.view]
     if not loss.view.is_float:

@@ -10,17 +10,19 @@ cannot apply reports ``unsupported`` with the reason, never ``missed``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from replayverify.programs.interpreter import (
     REVERSE,
-    VALUE_OPERANDS,
     Execution,
     ReverseRule,
     final_storage_operands,
     reverse_sweep,
 )
-from replayverify.programs.model import OpKind
+from replayverify.programs.interpreter import stale_reads as _stale
+from replayverify.programs.model import OP_SPECS, OpKind
 from replayverify.verifier.bytes_check import diff_states, replay
 from replayverify.verifier.compare import Verdict
 from replayverify.verifier.records import Outcome
@@ -28,28 +30,27 @@ from replayverify.verifier.records import Outcome
 
 def stale_reads(ex: Execution) -> list[str]:
     """'op k field' for every value a reverse rule depends on whose bytes differ at the end."""
-    final = final_storage_operands(ex)
-    out = []
-    for rec in ex.records:
-        if not rec.float_op or rec.op.kind not in VALUE_OPERANDS:
-            continue
-        now = final(rec)
-        for f in VALUE_OPERANDS[rec.op.kind]:
-            if now[f].tobytes() != rec.operands[f].tobytes():
-                out.append(f"op {rec.index} {rec.op.kind.value} {f}")
-    return out
+    return [f"op {k} {ex.program.ops[k].kind.value} {f}" for k, f in _stale(ex)]
+
+
+def _value_operand_kinds() -> str:
+    """"mul, tanh, sin operand; gather, scatter index": the kinds with value operands."""
+    def kinds(index: bool) -> str:
+        return ", ".join(k.value for k, s in OP_SPECS.items()
+                         if s.value_operands and ("index" in s.value_operands) == index)
+    return f"{kinds(False)} operand; {kinds(True)} index"
 
 
 def final_storage_control(ex: Execution, compare, *,
-                          reverse: dict[OpKind, ReverseRule | None] = REVERSE) -> Verdict:
+                          reverse: Mapping[OpKind, ReverseRule | None] = REVERSE) -> Verdict:
     """Sweep with final-storage operands; ``compare(g, g_ref)`` returns a gradient Verdict."""
     if not ex.admission.supported:
         return Verdict(Outcome.UNSUPPORTED, None,
                        f"the derivative is not admitted: {ex.admission.reason}")
     stale = stale_reads(ex)
     if not stale:
-        return Verdict(Outcome.UNSUPPORTED, None, "no value a reverse rule depends on (mul, tanh, "
-                       "sin operand; gather, scatter index) differs in the final storage")
+        return Verdict(Outcome.UNSUPPORTED, None, "no value a reverse rule depends on "
+                       f"({_value_operand_kinds()}) differs in the final storage")
     g_ref = ex.gradient
     g_bad = reverse_sweep(ex, reverse, operands=final_storage_operands(ex))
     where = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")

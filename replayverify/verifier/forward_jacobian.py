@@ -6,19 +6,25 @@ of shape (addresses, input coordinates), so all coordinates propagate at once. E
 byte carries a tag, the address whose write last covered it (or "constant", or
 "integer write"); a float read of an element is defined iff all its bytes carry that
 element's own address or are all constant, which is SPEC §3's admission rule stated
-on addresses. Values come from :func:`execute_op`; the tangent rules below are
-derived independently of the interpreter's reverse rules.
+on addresses. Values come from :func:`execute_op` (the interpreter's ``FORWARD``).
+
+The tangent rules (``TANGENT``) are this module's own statement of each op's derivative,
+written independently of the interpreter's ``REVERSE`` on purpose: the forward Jacobian
+is the reference the reverse rules are checked against, so it must not share them (a
+wrong sign in a reverse rule is caught only because TANGENT does not have it). What an
+op computes and which elements it writes (scatter's last-wins) is not restated: that
+comes from the interpreter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from replayverify.programs.errstate import quiet
-from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
+from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import ViewLayout, initial_state, layouts
 
@@ -38,16 +44,7 @@ TangentRule = Callable[[Op, Values, Tangents, "np.ndarray | None", np.dtype, int
 
 def _coef(op: Op, name: str, dtype: np.dtype) -> float:
     """A coefficient converted to the view's dtype first (SPEC §2), then to float64."""
-    return float(dtype.type(op.coef(name)))
-
-
-def winners(index: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(dst positions hit, the last j that writes each), positions ascending."""
-    pos = np.mod(index.reshape(-1).astype(np.int64), n)
-    last = np.full(n, -1, dtype=np.int64)
-    np.maximum.at(last, pos, np.arange(pos.size, dtype=np.int64))
-    where = np.flatnonzero(last >= 0)
-    return where, last[where]
+    return float(op.coef_as(name, dtype))
 
 
 # ---------------------------------------------------------------- tangent rules
@@ -89,7 +86,7 @@ def _t_gather(op, v, t, d, dt, n):
 
 
 def _t_scatter(op, v, t, d, dt, n):
-    where, src = winners(v["index"], n)
+    where, src = scatter_winners(v["index"], n)
     return t["x"][src], where
 
 
@@ -198,7 +195,7 @@ class _Shadow:
 def forward_jacobian(
     program: Program,
     *,
-    forward: dict[OpKind, ForwardRule] = FORWARD,
+    forward: Mapping[OpKind, ForwardRule] = FORWARD,
     tangent: dict[OpKind, TangentRule | None] = TANGENT,
     precision: type = PRECISION,
 ) -> ForwardJacobian:

@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replayverify.programs import OpKind, Program, execute, generate, initial_state, layouts
+from replayverify.programs.interpreter import scatter_winners
 from replayverify.verifier.check import check_program
 from replayverify.verifier.complex_step import complex_step
-from replayverify.verifier.forward_jacobian import forward_jacobian, winners
+from replayverify.verifier.forward_jacobian import forward_jacobian
 from replayverify.verifier.records import tolerance
 
 FAMILIES = ("default", "derivative", "bytes", "alias", "complex")
@@ -71,7 +72,7 @@ def symbolic_gradient(program: Program, ex) -> np.ndarray:
         elif op.kind is OpKind.GATHER:
             out = [x[int(i) % len(x)] for i in rec.operands["index"].reshape(-1)]
         elif op.kind is OpKind.SCATTER:
-            where, src = winners(rec.operands["index"], rec.dst_size)
+            where, src = scatter_winners(rec.operands["index"], rec.dst_size)
             out = [x[int(j)] for j in src]
         dst = lay[op.dst]
         starts = dst.starts if where is None else dst.starts[where]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import replayverify
-from replayverify.engines import Recovered, Recovery, Strategy, StrategyEngine
+from replayverify.engines import Recovery, Strategy, StrategyEngine
 from replayverify.programs import (
     Buffer,
     Loss,
@@ -251,7 +251,7 @@ class KeepOperands(Strategy):
 
     def after(self, tape, s, k, state, ev):
         nbytes = sum(v.nbytes for v in ev.operands.values())
-        tape.keep(s, k, Recovered(ev.operands, ev.draws), nbytes)
+        tape.keep(s, k, ev, nbytes)
 
     def recover(self, tape, s, state):
         a, b = tape.bounds[s]
@@ -268,7 +268,7 @@ class LiveOperands(KeepOperands):
             kept = tape.data[k]
             op = tape.program.ops[k]
             live = {f: state.read(tape.lay[getattr(op, f)]) for f in kept.operands}
-            out.append(Recovered(live, kept.draws))
+            out.append(tape.recovered(k, live, kept.draws))
         return Recovery(out)
 
 

@@ -12,7 +12,7 @@ from replayverify.programs import FORWARD, REVERSE, OpKind, execute, layouts, lo
 from replayverify.programs.state import Snapshot
 from replayverify.verifier import check as check_module
 from replayverify.verifier.check import CHECKS, check_execution, check_program
-from replayverify.verifier.complex_step import COMPLEX, complex_step
+from replayverify.verifier.complex_step import complex_step
 from replayverify.verifier.forward_jacobian import TANGENT, forward_jacobian
 from replayverify.verifier.records import tolerance
 
@@ -65,9 +65,24 @@ def test_hand_written_outcomes(name):
 
 
 def test_tables_cover_every_op_kind_and_name_integer_ops():
-    for table in (TANGENT, COMPLEX):
-        assert set(table) == set(OpKind)
-        assert {k for k, rule in table.items() if rule is None} == INTEGER_OPS
+    assert set(TANGENT) == set(OpKind)
+    assert {k for k, rule in TANGENT.items() if rule is None} == INTEGER_OPS
+
+
+def test_complex_step_evaluates_the_interpreters_forward_rules(monkeypatch):
+    """No second statement of an op: a forward rule changed in FORWARD changes the
+    complex step's derivative too (here tanh(a*x) -> tanh(2*a*x): twice the slope)."""
+    p = load("shift-both-ways")
+    right = FORWARD[OpKind.TANH]
+    g = complex_step(p).gradient
+
+    def doubled(op, o, d, t, n):
+        return right(op, {"x": 2.0 * o["x"]}, d, t, n)
+
+    with monkeypatch.context() as m:
+        m.setitem(FORWARD, OpKind.TANH, doubled)
+        g2 = complex_step(p).gradient
+    assert not np.allclose(g, g2)
 
 
 def test_integer_write_under_float_read_is_unsupported_exactly_there():
@@ -156,13 +171,13 @@ def memcpy_copy(program):
     """A copy rule that writes element by element in order: later reads see earlier writes."""
     lay = layouts(program)
 
-    def rule(op, o, d, t):
+    def rule(op, o, d, t, n):
         dst, src = lay[op.dst], lay[op.x]
-        x = o["x"].reshape(-1).copy()
+        x = o["x"].copy()  # (elements,) or batched (elements, coordinates)
         out = np.empty_like(x)
         same = dst.view.buffer == src.view.buffer
         src_at = {int(s): j for j, s in enumerate(src.starts)}
-        for j in range(x.size):  # a test double: one element at a time, on purpose
+        for j in range(x.shape[0]):  # a test double: one element at a time, on purpose
             out[j] = x[j]
             k = src_at.get(int(dst.starts[j])) if same else None
             if k is not None and k > j:
@@ -190,8 +205,8 @@ def test_wrong_sign_reverse_rule_is_caught(monkeypatch, kind):
     p = load("shift-both-ways")
     right = REVERSE[kind]
 
-    def wrong(op, rec, g):
-        return {f: -c for f, c in right(op, rec, g).items()}
+    def wrong(rec, g):
+        return {f: -c for f, c in right(rec, g).items()}
 
     with monkeypatch.context() as m:
         m.setitem(REVERSE, kind, wrong)

@@ -162,7 +162,7 @@ def test_engines_import_neither_the_gpu_package_nor_cupy():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
 
 
-def _np_gather(op, o, d, t):
+def _np_gather(op, o, d, t, n):
     x = o["x"].reshape(-1)
     return x[np.mod(o["index"].reshape(-1), x.size)], None
 

@@ -3,8 +3,11 @@
 Every candidate is a valid program (it goes through ``load_program``), and it is kept
 only while it still fails the same check on the same engine. Passes, repeated until
 none makes progress: delete ops (halves, quarters, ..., single ops), merge segments,
-simplify coefficients, shrink view extents, drop init entries and inputs, flatten loss
-weights, and remove views and buffers nothing uses.
+simplify coefficients, shrink view extents (the views of one shape together, 2-D views
+a dimension at a time, down to 1-D), drop init entries and inputs, flatten loss
+weights, cut buffers to the bytes their views reach and move them down (by multiples
+of 8 bytes, so views of different dtypes keep aliasing the same bytes), and remove
+views and buffers nothing uses.
 
 :func:`shrink_failures` is what the suite runs on its failing records: it shrinks the
 first failure of each failing program and writes the reproducers; the report module
@@ -14,6 +17,7 @@ only renders the entries it returns.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -59,32 +63,89 @@ SIMPLE = {"a": (1.0, 0.5), "b": (1.0, 0.0, 0.5), "c": (0.0,), "sigma": (1.0, 0.5
 
 
 def _simplify_coefficients(doc: Doc) -> Iterator[Doc]:
+    """Each coefficient set to the values of SIMPLE that come before its own (a value
+    of SIMPLE is only ever replaced by a simpler one, so the pass cannot cycle)."""
     for k, op in enumerate(doc["ops"]):
         for name, simple in SIMPLE.items():
             if name in op:
                 for value in simple:
-                    if op[name] != value:
-                        out = copy.deepcopy(doc)
-                        out["ops"][k][name] = value
-                        yield out
+                    if op[name] == value:
                         break
+                    out = copy.deepcopy(doc)
+                    out["ops"][k][name] = value
+                    yield out
+
+
+def _rows(values: list, shape: list[int], new: list[int]) -> list:
+    """Row-major ``values`` of ``shape`` cut to the leading ``new`` block."""
+    if len(new) != len(shape):  # (1, c) or (r, 1) made 1-D: the same elements in order
+        return values
+    if len(shape) == 1:
+        return values[:new[0]]
+    cols = shape[1]
+    return [values[i * cols + j] for i in range(new[0]) for j in range(new[1])]
+
+
+def _reshaped(doc: Doc, shape: list[int], new: list[int],
+              strides: Callable[[list[int]], list[int]] | None = None) -> Doc:
+    """Every view of ``shape`` given shape ``new`` (and strides), its init values and
+    loss weights cut to match. All views of one shape change together, so the ops that
+    combine them (sources, destination, index) keep matching shapes."""
+    out = copy.deepcopy(doc)
+    changed = {v["name"] for v in out["views"] if v["shape"] == shape}
+    for v in out["views"]:
+        if v["name"] in changed:
+            if strides is not None:
+                v["strides"] = strides(v["strides"])
+            v["shape"] = list(new)
+    for e in out["init"]:
+        if e["view"] in changed:
+            e["values"] = _rows(e["values"], shape, new)
+    if out["loss"]["view"] in changed:
+        out["loss"]["weights"] = _rows(out["loss"]["weights"], shape, new)
+    return out
 
 
 def _shrink_views(doc: Doc) -> Iterator[Doc]:
-    """Shorten every 1-D view of one length at once, so ops keep matching shapes."""
-    lengths = sorted({v["shape"][0] for v in doc["views"] if len(v["shape"]) == 1}, reverse=True)
-    for n in lengths:
-        for new in sorted({n // 2, n - 1} - {0}):
+    """Shorten the views of one shape at once, one dimension at a time (2-D views: rows,
+    then columns; a 2-D view with one row or column becomes 1-D)."""
+    shapes = sorted({tuple(v["shape"]) for v in doc["views"]},
+                    key=lambda sh: (-math.prod(sh), sh))
+    for shape in shapes:
+        for axis, n in enumerate(shape):
+            for m in sorted({n // 2, n - 1} - {0}):
+                new = list(shape)
+                new[axis] = m
+                yield _reshaped(doc, list(shape), new)
+        if len(shape) == 2 and 1 in shape:  # (1, c) or (r, 1): the same elements, 1-D
+            keep = 1 if shape[0] == 1 else 0
+            yield _reshaped(doc, list(shape), [shape[keep]], lambda st, k=keep: [st[k]])
+
+
+def _trim_buffers(doc: Doc) -> Iterator[Doc]:
+    """Buffers cut to the bytes their views reach, then moved down so the lowest view
+    starts near byte 0 (by a multiple of 8 bytes: every dtype's alignment and every
+    alias between views of different dtypes are kept)."""
+    ends: dict[str, int] = {}
+    lows: dict[str, int] = {}
+    for v in doc["views"]:
+        item = int(v["dtype"][-2:]) // 8
+        end = v["offset"] + sum((n - 1) * st for n, st in zip(v["shape"], v["strides"])) + item
+        ends[v["buffer"]] = max(ends.get(v["buffer"], 0), end)
+        lows[v["buffer"]] = min(lows.get(v["buffer"], v["offset"]), v["offset"])
+    if any(b["nbytes"] > ends.get(b["name"], b["nbytes"]) for b in doc["buffers"]):
+        yield {**doc, "buffers": [{**b, "nbytes": ends.get(b["name"], b["nbytes"])}
+                                  for b in doc["buffers"]]}
+    for name, low in lows.items():
+        shift = low - low % 8
+        if shift:
             out = copy.deepcopy(doc)
-            changed = {v["name"] for v in out["views"] if v["shape"] == [n]}
             for v in out["views"]:
-                if v["name"] in changed:
-                    v["shape"] = [new]
-            for e in out["init"]:
-                if e["view"] in changed:
-                    e["values"] = e["values"][:new]
-            if out["loss"]["view"] in changed:
-                out["loss"]["weights"] = out["loss"]["weights"][:new]
+                if v["buffer"] == name:
+                    v["offset"] -= shift
+            for b in out["buffers"]:
+                if b["name"] == name:
+                    b["nbytes"] -= shift
             yield out
 
 
@@ -112,6 +173,7 @@ def _prune(doc: Doc) -> Doc:
 
 PASSES: tuple[Callable[[Doc], Iterator[Doc]], ...] = (
     _delete_ops, _merge_segments, _simplify_coefficients, _shrink_views, _drop_extras,
+    _trim_buffers,
 )
 
 

@@ -43,7 +43,12 @@ def _describe(card: Card, result: Plan) -> list[str]:
         fits = "fits" if result.feasible else "does not fit"
         lines.append(f"verdict: charged its true costs, the state-agnostic pick {fits}")
     elif result.feasible:
-        claim = "optimal" if result.optimal else "not proven optimal: frontier truncated"
+        if result.optimal:
+            claim = f"optimal, by {result.method}"
+        elif result.truncated:
+            claim = "not proven optimal: frontier truncated"
+        else:
+            claim = f"not proven optimal by {result.method}"
         lines.append(f"verdict: fits ({claim})")
     else:
         lines.append(

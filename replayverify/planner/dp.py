@@ -50,6 +50,12 @@ _BLOCK = 1 << 22
 """Largest number of entries the dominance filter materialises at once."""
 LAZY = 32
 """Frontiers up to this many states are kept whole: bounding them costs more than it saves."""
+FRONTIER_LIMIT = 2048
+"""An exact pass whose frontier grows past this many states stops, and :func:`solve` solves
+the card by levels instead (:mod:`replayverify.planner.levels`)."""
+WORK_LIMIT = 1 << 16
+"""Likewise for a pass whose frontiers, summed over the segments walked, pass this many
+states (the parent pointers it holds): the DP's time and memory grow with that sum."""
 
 
 class Costs(NamedTuple):
@@ -64,12 +70,20 @@ class Costs(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class DPResult:
-    """What one run of the dynamic program found (``choice`` None: no feasible state)."""
+    """What one run of the dynamic program found (``choice`` None: no feasible state).
+
+    ``aborted``: the frontier outgrew the pass's ``limit``; ``choice`` is then the best
+    policy known so far (or None), not a proven optimum. ``method`` says what produced the
+    answer (``"dp"`` or ``"levels"``) and ``proven`` whether it is optimal.
+    """
 
     choice: np.ndarray | None
     frontier_size: int
     truncated: bool
     pruned: bool
+    aborted: bool = False
+    method: str = "dp"
+    proven: bool = True
 
 
 def policy_totals(costs: Costs, choice: np.ndarray) -> tuple[float, int]:
@@ -374,10 +388,24 @@ class Problem:
         self.avail, self.qc, self.q_floor = reduced
         min_r = np.where(self.avail, costs.r, _QBIG).min(axis=1)
         self.r_after = np.concatenate((np.cumsum(min_r[::-1])[::-1], [0]))
-        self.lp = _Bound(costs.r, costs.c, self.qc, self.avail)
-        self.lp_rough = _Bound(costs.r, costs.c, self.qc, self.avail, max_bands=4)
+        self._lp: _Bound | None = None
+        self._lp_rough: _Bound | None = None
         total_c = float(np.where(costs.avail, costs.c, 0.0).max(axis=1).sum())
         self.tol = 16.0 * (self.n + 8) * _EPS * total_c
+
+    @property
+    def lp(self) -> _Bound:
+        """The time bound (32 bands), built at first use."""
+        if self._lp is None:
+            self._lp = _Bound(self.costs.r, self.costs.c, self.qc, self.avail)
+        return self._lp
+
+    @property
+    def lp_rough(self) -> _Bound:
+        """The cheaper time bound (four bands), built at first use."""
+        if self._lp_rough is None:
+            self._lp_rough = _Bound(self.costs.r, self.costs.c, self.qc, self.avail, max_bands=4)
+        return self._lp_rough
 
     def root_bound(self) -> float:
         """A lower bound on the time of every feasible policy (inf when none can fit)."""
@@ -387,7 +415,13 @@ class Problem:
         return float(self.lp.evaluate(-1, zero, zero + self.q_floor, self.room)[0])
 
     def run(
-        self, *, max_frontier: int | None = None, upper: float | None = None, rough: bool = False
+        self,
+        *,
+        max_frontier: int | None = None,
+        upper: float | None = None,
+        rough: bool = False,
+        limit: int | None = None,
+        work: int | None = None,
     ) -> DPResult:
         """One DP pass: least-time policy with peak <= budget (ties: least peak, then least
         retained bytes).
@@ -396,7 +430,9 @@ class Problem:
         plus bound exceeds ``upper``; ``pruned`` records whether any went. A pass that drops
         none, or whose best time is <= ``upper``, is exact. ``max_frontier`` keeps, at each
         step, the states with the least time plus bound and marks the result truncated
-        when it had to. ``rough`` uses a cheaper, looser bound (four bands).
+        when it had to. ``rough`` uses a cheaper, looser bound (four bands). ``limit``
+        stops the pass (``aborted``) as soon as a frontier holds more states, or the
+        frontiers walked so far hold more than ``work`` states in all.
         """
         if self.empty:
             return DPResult(None, 0, False, False)
@@ -406,7 +442,7 @@ class Problem:
         C = np.zeros(1)
         parents: list[np.ndarray] = []
         picks: list[np.ndarray] = []
-        largest, truncated, pruned = 1, False, False
+        largest, truncated, pruned, held = 1, False, False, 0
         lp = self.lp_rough if rough else self.lp
         for i in range(n):
             ks = np.flatnonzero(self.avail[i])
@@ -433,6 +469,9 @@ class Problem:
                 truncated = True
                 best = np.lexsort((np.arange(len(keep)), promise))[:max_frontier]
                 keep = keep[np.sort(best)]
+            held += len(keep)
+            if (limit is not None and len(keep) > limit) or (work is not None and held > work):
+                return DPResult(None, max(largest, len(keep)), truncated, pruned, True)
             R, Q, C = nR[keep], nQ[keep], nC[keep]
             parents.append(keep % f)
             picks.append(ks[keep // f])
@@ -462,40 +501,64 @@ def solve(
     costs: Costs,
     budget: int,
     *,
-    incumbent: float | None = None,
+    incumbent: np.ndarray | None = None,
     beam: int = 64,
     first: float = 0.35,
+    limit: int | None = FRONTIER_LIMIT,
+    work: int | None = WORK_LIMIT,
 ) -> DPResult:
-    """Exact least-time policy with peak <= budget, or no choice when none fits.
+    """Least-time policy with peak <= budget, or no choice when none fits.
 
-    A truncated pass (``beam`` states per step) gives a feasible time U (``incumbent``, the
-    time of any known feasible policy, caps it). Exact passes then drop states whose time
-    plus bound exceeds a threshold, starting ``first`` of the way from the root bound L to U
-    and doubling its distance from L up to U. A pass is exact as soon as its best time is
+    A truncated pass (``beam`` states per step) gives a feasible time U (``incumbent``, any
+    known feasible policy, caps it). Exact passes then drop states whose time plus bound
+    exceeds a threshold, starting ``first`` of the way from the root bound L to U and
+    doubling its distance from L up to U. A pass is exact as soon as its best time is
     within its threshold (every state on an optimal policy has time plus bound <= the
     optimum), or it dropped nothing, or its threshold is U. A threshold near the optimum
     keeps the frontier small where many partial policies stay close to the bound (costs
     strongly correlated with bytes).
+
+    The DP holds at most ``limit`` states per segment and ``work`` in all: a pass that would
+    hold more stops, and the card is solved by levels instead (:func:`levels.solve_levels`,
+    which keeps no frontier), from the best policy known. So does a card whose truncated
+    pass alone would exceed ``work``. ``method`` in the result says which solved it.
     """
     prob = Problem(costs, budget)
     if prob.empty:
         return DPResult(None, 0, False, False)
-    upper = float("inf") if incumbent is None else incumbent
-    quick = prob.run(max_frontier=beam, rough=True)
-    if quick.choice is not None:
-        upper = min(upper, policy_totals(costs, quick.choice)[0])
-    if not np.isfinite(upper):
-        return prob.run()
-    low = prob.root_bound()
-    gap = (upper - low) * first
-    while True:
-        threshold = upper if gap >= upper - low else low + gap
-        res = prob.run(upper=threshold)
-        if res.choice is not None:
-            time = policy_totals(costs, res.choice)[0]
-            if time <= threshold or not res.pruned or threshold >= upper:
+    best = incumbent
+    upper = float("inf") if incumbent is None else policy_totals(costs, incumbent)[0]
+    largest = 0
+    if best is None or work is None or prob.n * beam <= work:
+        quick = prob.run(max_frontier=beam, rough=True)
+        largest = quick.frontier_size
+        if quick.choice is not None:
+            time = policy_totals(costs, quick.choice)[0]
+            if time < upper:
+                best, upper = quick.choice, time
+        if not np.isfinite(upper):
+            return prob.run()  # no feasible policy known: one plain exact pass
+        low = prob.root_bound()
+        gap = (upper - low) * first
+        while True:
+            threshold = upper if gap >= upper - low else low + gap
+            res = prob.run(upper=threshold, limit=limit, work=work)
+            if res.aborted:
+                largest = max(largest, res.frontier_size)
+                break
+            if res.choice is not None:
+                time = policy_totals(costs, res.choice)[0]
+                if time <= threshold or not res.pruned or threshold >= upper:
+                    return res
+                if time < upper:
+                    best, upper = res.choice, time
+            elif not res.pruned or threshold >= upper:
                 return res
-            upper = min(upper, time)
-        elif not res.pruned or threshold >= upper:
-            return res
-        gap *= 2.0
+            gap *= 2.0
+    from replayverify.planner.levels import solve_levels  # levels builds on this module
+
+    assert best is not None
+    found = solve_levels(prob, best)
+    return DPResult(
+        found.choice, max(largest, found.largest), False, True, False, "levels", found.proven
+    )

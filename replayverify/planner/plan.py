@@ -36,6 +36,11 @@ class Plan:
     least time), so the shortfall can be read off ``predicted_peak``. ``optimal`` holds when
     the answer is exact for the card's true costs: no truncation and not state-agnostic.
     ``min_peak`` is the least peak of any policy over the allowed options, true costs.
+    ``method`` names what produced the policy: ``"dp"`` (the frontier dynamic program),
+    ``"levels"`` (levels and reduced costs, used when the frontier grows, see
+    :mod:`replayverify.planner.levels`), ``"truncated"`` (``max_frontier`` was given) or
+    ``"least-peak"`` (the least-peak witness: a truncated DP found nothing) or ``"none"``
+    (no policy over the allowed options).
     """
 
     policy: tuple[str, ...] | None
@@ -49,6 +54,7 @@ class Plan:
     options: tuple[str, ...]
     min_peak: int | None
     state_agnostic: AgnosticReport | None = None
+    method: str = "dp"
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object that ``replayverify plan --json`` prints."""
@@ -63,6 +69,7 @@ class Plan:
             "budget": self.budget,
             "options": list(self.options),
             "min_peak": self.min_peak,
+            "method": self.method,
         }
         if self.state_agnostic is not None:
             a = self.state_agnostic
@@ -117,22 +124,27 @@ def _parse_options(options: Sequence[str] | str) -> tuple[str, ...]:
 
 def _solve(
     costs: Costs, budget: int, max_frontier: int | None, prune: bool
-) -> tuple[np.ndarray | None, bool, int, bool, int | None]:
-    """(choice, feasible, frontier size, truncated, least peak) for one cost model."""
+) -> tuple[np.ndarray | None, bool, int, bool, int | None, str, bool]:
+    """(choice, feasible, frontier size, truncated, least peak, method, proven) for one cost
+    model."""
     least = min_peak(costs)
     if least is None:
-        return None, False, 0, False, None
+        return None, False, 0, False, None, "none", True
     peak, witness = least
     feasible = peak <= budget
     target = budget if feasible else peak  # infeasible: least time among least-peak policies
     if max_frontier is not None:
         res = frontier_dp(costs, target, max_frontier=max_frontier)
+        method = "truncated" if res.truncated else "dp"
     elif prune:
-        res = solve(costs, target, incumbent=policy_totals(costs, witness)[0])
+        res = solve(costs, target, incumbent=witness)
+        method = res.method
     else:
         res = frontier_dp(costs, target)
-    choice = res.choice if res.choice is not None else witness
-    return choice, feasible, res.frontier_size, res.truncated, peak
+        method = "dp"
+    if res.choice is None:
+        return witness, feasible, res.frontier_size, res.truncated, peak, "least-peak", True
+    return res.choice, feasible, res.frontier_size, res.truncated, peak, method, res.proven
 
 
 def plan(
@@ -164,9 +176,9 @@ def plan(
     true_least = min_peak(true)
     least = None if true_least is None else true_least[0]
     if true_least is None:
-        return Plan(None, False, None, None, 0, False, True, budget, opts, None)
+        return Plan(None, False, None, None, 0, False, True, budget, opts, None, None, "none")
     model = card_costs(card, opts, agnostic=True) if state_agnostic else true
-    choice, fits, size, truncated, _ = _solve(model, budget, max_frontier, prune)
+    choice, fits, size, truncated, _, method, proven = _solve(model, budget, max_frontier, prune)
     assert choice is not None
     policy = tuple(OPTIONS[k] for k in choice.tolist())
     time, peak = policy_totals(true, choice)
@@ -182,9 +194,10 @@ def plan(
         peak,
         size,
         truncated,
-        not truncated and not state_agnostic,
+        not truncated and not state_agnostic and proven,
         budget,
         opts,
         least,
         report,
+        method,
     )

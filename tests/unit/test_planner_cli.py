@@ -57,7 +57,7 @@ def test_text_output() -> None:
     result = _run(EXAMPLE, "--budget", "32GiB")
     assert result.exit_code == 0
     out = result.stdout
-    assert "verdict: fits (optimal)" in out
+    assert "verdict: fits (optimal, by dp)" in out
     assert "policy: eager 3, whole 0, region 13" in out
     assert "block04" in out and "frontier:" in out
     control = _run(EXAMPLE, "--budget", "32GiB", "--options", "whole,eager")

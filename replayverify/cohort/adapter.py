@@ -44,6 +44,8 @@ class Method:
     row: str
     families: tuple[str, ...] | None = None
     doc: str = ""
+    expect: Mapping[str, str] | None = None  # family -> "M"/"R"/"D" (plug-ins; built-in
+    # methods are judged by replayverify.cohort.expected)
 
     def applies(self, case: Case) -> bool:
         return self.families is None or case.family in self.families

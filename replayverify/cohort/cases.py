@@ -32,6 +32,7 @@ DEFAULT_SEEDS = (420000, 420050)  # keys A..B-1, the reference paper's fifty
 # quotients x / 0.875 differ from IEEE division in the last bit), so any other keep
 # would make the interpreter's reference inexact for JAX.
 KEEP = (0.5, 0.25)
+PAD = 32  # elements per buffer
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,11 @@ class _Builder:
         self.init: list[dict] = []
 
     def buffer(self, name: str, n: int, values: np.ndarray | None = None) -> None:
-        self.buffers[name] = n
+        # Every buffer has PAD elements (the tail unused and zero): frameworks that
+        # compile per shape (JAX) then meet a few shapes instead of one per case.
+        if n > PAD:
+            raise ValueError(f"buffer {name!r}: {n} elements, at most {PAD}")
+        self.buffers[name] = PAD
         if values is not None:
             whole = self.view(f"{name}_all", name, 0, n)
             self.init.append({"view": whole, "values": [float(v) for v in values]})

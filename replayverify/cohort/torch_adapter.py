@@ -184,15 +184,17 @@ class _Run:
     def ops(self, ks: range, bufs: dict, log: list | None = None) -> None:
         for k in ks:
             op = self.p.ops[k]
-            untracked = k in self.case.roles.untracked
-            with self.torch.no_grad() if untracked else contextlib.nullcontext():
-                o = operands(op, lambda name: self.view(bufs, name))
-                z = _draw(self.torch, op, self.p.view(op.dst).size, self.dtype) \
-                    if op.spec.draws else None
+            o = operands(op, lambda name: self.view(bufs, name))
+            z = _draw(self.torch, op, self.p.view(op.dst).size, self.dtype) \
+                if op.spec.draws else None
+            if k in self.case.roles.untracked:  # computed outside autograd, then written
+                with self.torch.no_grad():
+                    values = RULES[op.kind](self.coef(op), o, z).clone()
+            else:
                 values = RULES[op.kind](self.coef(op), o, z)
-                if log is not None:
-                    log.append((tuple(values.shape), values.dtype, values.device))
-                self.write(bufs, op.dst, values)
+            if log is not None:
+                log.append((tuple(values.shape), values.dtype, values.device))
+            self.write(bufs, op.dst, values)
 
     def checkpointed(self, ks: range, method: str) -> None:
         """The segment through torch.utils.checkpoint.checkpoint."""

@@ -26,7 +26,7 @@ from replayverify.engines.base import (
     run_strategies,
 )
 from replayverify.programs.arrays import array_namespace
-from replayverify.programs.interpreter import Admission, OpValues, draw
+from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
 from replayverify.programs.model import Op, Program
 from replayverify.programs.state import State
 
@@ -42,7 +42,7 @@ def redraw(tape: Tape, k: int, rng) -> np.ndarray | None:
     if not op.spec.draws:
         return None
     dst = tape.lay[op.dst]
-    return draw(op, rng, dst.size, dst.dtype, tape.xp)[0]
+    return draw(op, rng, dst.size, dst.dtype, tape.xp, philox_blocks(tape.program))[0]
 
 
 # ---------------------------------------------------------------- eager

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from replayverify.programs.interpreter import Execution, execute
 from replayverify.programs.model import (
     DTYPES,
     Buffer,
@@ -523,6 +524,7 @@ FAMILIES: dict[str, Family] = {
 class Generated:
     program: Program
     attempts: int  # 1 when the first draw was accepted
+    execution: Execution  # the accepting run (with boundaries): checks reuse it
 
 
 def _seed_words(seed: int, index: int, family: str, attempt: int) -> list[int]:
@@ -534,10 +536,20 @@ def judgeable(program: Program, limits: Limits) -> bool:
     """Refuse draws whose numbers the checks cannot judge: non-finite gradients (where the
     family wants finite ones), and final-storage hazards that change the gradient by
     less than the SPEC §5 tolerance (a control nobody could detect)."""
-    from replayverify.programs.interpreter import execute, hazard_gradient, stale_operands
+    return accepted(program, limits) is not None
+
+
+def accepted(program: Program, limits: Limits) -> Execution | None:
+    """The program's execution when :func:`judgeable` accepts it, else None."""
+    ex = execute(program)
+    return ex if _judgeable(ex, limits) else None
+
+
+def _judgeable(ex: Execution, limits: Limits) -> bool:
+    from replayverify.programs.interpreter import hazard_gradient, stale_operands
     from replayverify.programs.tolerance import program_tolerance
 
-    ex = execute(program, record_boundaries=False)
+    program = ex.program
     if not ex.admission.supported:
         return not limits.require_hazard
     g = ex.gradient
@@ -567,8 +579,9 @@ def generate_with_attempts(seed: int, index: int, family: str = "default",
     for attempt in range(MAX_ATTEMPTS):
         b = _Builder(np.random.default_rng(_seed_words(seed, index, family, attempt)))
         program = fam.build(b, lim, f"s{seed}/{family}/{index:06d}")
-        if program is not None and judgeable(program, lim):
-            return Generated(program, attempt + 1)
+        ex = None if program is None else accepted(program, lim)
+        if ex is not None:
+            return Generated(program, attempt + 1, ex)
     raise RuntimeError(f"family {family!r} produced no acceptable program for "
                        f"seed {seed} index {index} in {MAX_ATTEMPTS} attempts")
 

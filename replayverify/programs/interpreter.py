@@ -25,7 +25,7 @@ import numpy as np
 from replayverify.programs.arrays import array_namespace, scatter_add
 from replayverify.programs.errstate import quiet
 from replayverify.programs.model import DTYPES, Draw, Op, OpKind, Program
-from replayverify.programs.philox import RngState, keep_mask, normals, uniforms, words
+from replayverify.programs.philox import Blocks, RngState, keep_mask, normals, uniforms, words
 from replayverify.programs.state import Snapshot, State, ViewLayout, initial_state, layouts
 
 # ---------------------------------------------------------------- forward rules
@@ -125,20 +125,29 @@ def written_positions(op: Op, operands: Operands, n: int) -> Any:
     return scatter_winners(operands["index"], n)[0]
 
 
-def draw(op: Op, rng: RngState, n: int, dtype: np.dtype,
-         xp: ModuleType = np) -> tuple[np.ndarray, RngState]:
+def draw(op: Op, rng: RngState, n: int, dtype: np.dtype, xp: ModuleType = np,
+         blocks: Blocks | None = None) -> tuple[np.ndarray, RngState]:
     """The random values op consumes from ``rng`` (``OpSpec.draws`` says which: z cast to
     dtype, or the keep mask) and the advanced state.
 
     Computed on the host by the CPU Philox, then moved to ``xp``: every array module sees
-    the same bits (words, uniforms, masks and also the normals).
+    the same bits (words, uniforms, masks and also the normals). ``blocks`` shares the
+    Philox uniforms of a (state, n) among everything that runs one program.
     """
-    u1, u2 = uniforms(words(rng, n))
+    u1, u2 = uniforms(words(rng, n)) if blocks is None else blocks.uniforms(rng, n)
     if op.spec.draws is Draw.NORMAL:
         values = normals(u1, u2).astype(dtype)
     else:
         values = keep_mask(u1, op.coef_as("keep", dtype), dtype)
     return (values if xp is np else xp.asarray(values)), rng.advanced(n)
+
+
+def philox_blocks(program: Program) -> Blocks:
+    """The program's shared Philox blocks (carried by the program, like its layouts)."""
+    blocks = program.derived.get("blocks")
+    if blocks is None:
+        blocks = program.derived["blocks"] = Blocks()
+    return blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +210,8 @@ def execute_op(
     operands = {f: state.read(lay[getattr(op, f)]).reshape(-1) for f in spec.reads}
     if spec.draws:
         if draws is None:
-            draws, state.rng = draw(op, state.rng, dst.size, dst.dtype, state.xp)
+            draws, state.rng = draw(op, state.rng, dst.size, dst.dtype, state.xp,
+                                    philox_blocks(program))
         else:
             draws = draws.reshape(-1)
             state.rng = state.rng.advanced(dst.size)

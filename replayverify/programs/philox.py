@@ -100,6 +100,40 @@ def uniforms(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u1, u2
 
 
+# Draws of up to this many elements are kept by a :class:`Blocks` cache; larger ones are
+# recomputed (their Philox cost is amortised over the elements, and memory stays bounded).
+BLOCKS_MAX_ELEMENTS = 1 << 16
+
+
+class Blocks:
+    """Philox uniforms by (key, counter, n), each computed once and then shared.
+
+    Everything that runs one program (the interpreter, the forward Jacobian, the complex
+    step, the byte replays, every engine and its replays) draws the same blocks from the
+    same generator states; a cache carried by the program computes them once per check.
+    It only memoises the pure function (state, n) -> uniforms: whoever draws still
+    chooses the state it draws from, so a replay from a wrong state draws wrong values.
+    """
+
+    __slots__ = ("_hits",)
+
+    def __init__(self) -> None:
+        self._hits: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def uniforms(self, state: RngState, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(u1, u2) of blocks counter+0 .. counter+(n-1) under the state's key (read-only)."""
+        if n > BLOCKS_MAX_ELEMENTS:
+            return uniforms(words(state, n))
+        key = (state.key, state.counter, n)
+        hit = self._hits.get(key)
+        if hit is None:
+            u1, u2 = uniforms(words(state, n))
+            u1.setflags(write=False)
+            u2.setflags(write=False)
+            hit = self._hits[key] = (u1, u2)
+        return hit
+
+
 def normals(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:
     """Box-Muller exactly as SPEC §2: sqrt(-2 log1p(-u1)) * cos(TWO_PI * u2), float64."""
     return np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(TWO_PI * u2)

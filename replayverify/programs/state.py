@@ -9,7 +9,6 @@ its index arrays to ``xp`` once. Snapshots are always host bytes.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -62,33 +61,21 @@ class ViewLayout:
         return (starts[:, None] + xp.arange(item, dtype=xp.int64)).reshape(-1)
 
 
-_LAYOUTS: OrderedDict[int, tuple[Program, dict[str, ViewLayout]]] = OrderedDict()
-_LAYOUTS_MAX = 256
-
-
 def layouts(program: Program) -> dict[str, ViewLayout]:
-    """Layouts of every view of a (validated) program, computed once per program object.
-
-    Keyed by object identity (the cache holds the program, so its id stays unique):
-    hashing a program's fields on every op would cost more than executing it.
-    """
-    hit = _LAYOUTS.get(id(program))
-    if hit is not None and hit[0] is program:
-        _LAYOUTS.move_to_end(id(program))
-        return hit[1]
-    out = _compute_layouts(program)
-    _LAYOUTS[id(program)] = (program, out)
-    if len(_LAYOUTS) > _LAYOUTS_MAX:
-        _LAYOUTS.popitem(last=False)
-    return out
+    """Layouts of every view of a (validated) program: computed once, on first use, and
+    carried by the program itself (``Program.derived``), so every layer that runs it
+    (interpreter, checkers, engines) shares them."""
+    lay = program.derived.get("layouts")
+    if lay is None:
+        lay = program.derived["layouts"] = _compute_layouts(program)
+    return lay
 
 
 def _compute_layouts(program: Program) -> dict[str, ViewLayout]:
     out = {}
     for v in program.views:
         starts = v.element_starts()
-        for arr in (starts,):
-            arr.setflags(write=False)
+        starts.setflags(write=False)
         idx = view_bytes(v)
         idx.setflags(write=False)
         out[v.name] = ViewLayout(v, DTYPES[v.dtype], starts, idx)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from replayverify.programs.generate import FAMILIES, generate_with_attempts
+from replayverify.programs.generate import FAMILIES, Generated, generate_with_attempts
 from replayverify.programs.interpreter import Execution
 from replayverify.programs.model import Program
 from replayverify.untrusted import dumps
@@ -64,8 +64,12 @@ class ProgramId:
         return cls(seed, family, index)
 
     def build(self) -> tuple[Program, int]:
-        g = generate_with_attempts(self.seed, self.index, self.family)
+        g = self.generate()
         return g.program, g.attempts
+
+    def generate(self) -> Generated:
+        """The program with its attempt count and the execution that accepted it."""
+        return generate_with_attempts(self.seed, self.index, self.family)
 
 
 def suite_ids(n: int, seed: int, family: str | None = None,
@@ -154,7 +158,6 @@ def program_stats(ex: Execution, attempts: int) -> dict:
 
 def run_job(job: Job) -> Outcome:
     """Check one program; an exception or a timeout becomes an ``error`` record."""
-    from replayverify.programs.interpreter import execute
     from replayverify.verifier.check import check_execution
 
     start = time.perf_counter()
@@ -162,11 +165,11 @@ def run_job(job: Job) -> Outcome:
     program = None
     try:
         with time_limit(job.timeout):
-            program, attempts = job.pid.build()
-            ex = execute(program)  # once: the checks and the statistics share it
-            records = check_execution(ex, program_id=pid, engines=_resolved(job.engines),
-                                      mutants=job.mutants)
-            stats = program_stats(ex, attempts)
+            g = job.pid.generate()  # its accepting run: the checks and statistics share it
+            program = g.program
+            records = check_execution(g.execution, program_id=pid,
+                                      engines=_resolved(job.engines), mutants=job.mutants)
+            stats = program_stats(g.execution, g.attempts)
         return Outcome(pid, records, stats)
     except TaskTimeout:
         detail = f"timed out after {job.timeout:g} s"

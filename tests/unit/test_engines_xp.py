@@ -167,7 +167,7 @@ def _np_gather(op, o, d, t, n):
     return x[np.mod(o["index"].reshape(-1), x.size)], None
 
 
-def _host_draw(op, rng, n, dtype, xp=np):
+def _host_draw(op, rng, n, dtype, xp=np, blocks=None):
     return interpreter_draw(op, rng, n, dtype)  # forgets to move the draws to xp
 
 

@@ -1,24 +1,98 @@
 """Suite speed: programs per second, and verification time over plain interpretation.
 
 Run: python benchmarks/suite_speed.py [--programs 1024] [--workers 2] [--seed 0]
+     [--dask local:2 | --dask tcp://HOST:8786]
 
 Measures, in one run: (1) the wall time of `run_suite` on the default mix with the
 given workers; (2) the time of one plain (unversioned) forward interpretation of every
 program of the same suite, single process, as the baseline. Reports programs per
 second and the ratio (full verification, per program and per worker) / (plain forward),
 so the figure does not depend on the machine's speed.
+
+With ``--dask ADDRESS`` it also runs the same suite through Dask, in the same process
+run: for ``local:N``, local processes and a LocalCluster with 1 and with N workers
+(scaling = wall time with 1 worker / with N, for both); for a scheduler address, that
+cluster next to the local run. It reports each run's wall time (cluster start-up apart),
+checks that every Dask run wrote the local run's records, and gives the pickled size of
+what goes over the wire per program (the task, and the records and statistics back).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import pickle
 import tempfile
 import time
 from pathlib import Path
 
 from replayverify.programs import run_forward
-from replayverify.verifier.suite import SuiteConfig, run_suite, suite_ids
+from replayverify.verifier.suite import Job, SuiteConfig, run_job, run_suite, suite_ids
+
+
+def _records(out: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    for r in rows:
+        r.pop("seconds")
+    return rows
+
+
+def _timed_suite(args, out: Path, workers: int = 1, executor=None) -> tuple[float, dict]:
+    t = time.perf_counter()
+    summary = run_suite(SuiteConfig(programs=args.programs, seed=args.seed, workers=workers,
+                                    out=out), executor=executor)
+    return time.perf_counter() - t, summary
+
+
+def dask_comparison(args) -> None:
+    """Local processes and Dask on the same suite, 1 worker and N, in this one run."""
+    from replayverify.verifier.executors import dask_executor, parse_address, source_fingerprint
+
+    where, n = parse_address(args.dask)
+    rows = []  # (label, workers, start-up seconds or None, wall seconds, records ok)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        counts = [1, n or os.cpu_count() or 1] if where == "local" else [args.workers]
+        counts = sorted(set(counts))
+        for w in counts:
+            wall, summary = _timed_suite(args, tmp / f"local{w}", workers=w)
+            rows.append((f"local processes, {w}", w, None, wall, True))
+            reference = _records(tmp / f"local{w}")
+            address = f"local:{w}" if where == "local" else args.dask
+            t = time.perf_counter()
+            with dask_executor(address, label="bench") as ex:
+                start = time.perf_counter() - t
+                threads = sum(ex.client.nthreads().values())
+                wall, _ = _timed_suite(args, tmp / f"dask{w}", executor=ex)
+            same = _records(tmp / f"dask{w}") == reference
+            rows.append((f"dask {address}", threads, start, wall, same))
+    jobs = [Job(pid, None, False, 60.0) for pid in suite_ids(min(args.programs, 64), args.seed)]
+    sent = [len(pickle.dumps((run_job, job, source_fingerprint()))) for job in jobs]
+    back = [len(pickle.dumps(run_job(job))) for job in jobs]
+
+    print(f"suite: {args.programs} programs, seed {args.seed}, {os.cpu_count()} CPUs, "
+          f"verdict {summary['verdict']}, {summary['records']} records")
+    print(f"{'run':<28} {'workers':>7} {'start-up s':>10} {'wall s':>8} {'programs/s':>10} "
+          f"{'records = local':>15}")
+    for label, w, start, wall, same in rows:
+        print(f"{label:<28} {w:>7} {'-' if start is None else f'{start:.2f}':>10} "
+              f"{wall:8.2f} {args.programs / wall:10.1f} {'yes' if same else 'NO':>15}")
+    if where == "local" and len(counts) == 2:
+        walls = {label: wall for label, _, _, wall, _ in rows}
+        lo, hi = counts
+        print(f"scaling {hi} vs {lo} worker(s): local processes "
+              f"{walls[f'local processes, {lo}'] / walls[f'local processes, {hi}']:.2f}x, "
+              f"dask {walls[f'dask local:{lo}'] / walls[f'dask local:{hi}']:.2f}x")
+    for label, w, _, wall, _ in rows:
+        if label.startswith("dask"):
+            local = next(x[3] for x in rows if x[0] == f"local processes, {w}")
+            print(f"dask / local wall time, {w} worker(s): {wall / local:.2f}")
+    print(f"over the wire per program (pickled, mean of {len(jobs)}): task "
+          f"{sum(sent) / len(sent):.0f} B out, records and statistics "
+          f"{sum(back) / len(back):.0f} B back")
+    if not all(x[4] for x in rows):
+        raise SystemExit("a Dask run's records differ from the local run's")
 
 
 def main() -> None:
@@ -26,7 +100,12 @@ def main() -> None:
     ap.add_argument("--programs", type=int, default=1024)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dask", default=None, metavar="ADDRESS",
+                    help="also run on Dask: local:N or a scheduler address")
     args = ap.parse_args()
+    if args.dask:
+        dask_comparison(args)
+        return
 
     programs = [pid.build()[0] for pid in suite_ids(args.programs, args.seed)]
     t = time.perf_counter()

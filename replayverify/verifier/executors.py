@@ -281,27 +281,35 @@ def dask_executor(address: str, label: str = "task",
     except ImportError:
         raise DaskError(f"--dask needs Dask: {DASK_HINT}") from None
     cluster = None
-    try:
-        if where == "local":
+    if where == "local":
+        try:
             with _interrupt_ignored():  # the worker processes inherit it
                 cluster = distributed.LocalCluster(
                     n_workers=n_local or os.cpu_count() or 1, threads_per_worker=1,
-                    processes=True, dashboard_address=None, silence_logs=logging.ERROR)
+                    processes=True, host="127.0.0.1", silence_logs=logging.ERROR,
+                    dashboard_address=None,  # no dashboard; its HTTP server on any free port
+                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+        except (OSError, RuntimeError, TimeoutError) as exc:
+            raise DaskError(f"cannot start a local Dask cluster ({address}): "
+                            f"{type(exc).__name__}: {exc}") from None
+    try:
+        if cluster is not None:
             client = distributed.Client(cluster)
             client.register_plugin(_ignore_interrupt_plugin())  # and workers restarted later
         else:
-            client = distributed.Client(where, timeout=CONNECT_TIMEOUT)
-    except (OSError, TimeoutError) as exc:
-        if cluster is not None:
-            cluster.close()
-        raise DaskError(f"cannot reach a Dask scheduler at {address}: {exc}") from None
-    try:
+            try:
+                client = distributed.Client(where, timeout=CONNECT_TIMEOUT)
+            except (OSError, TimeoutError) as exc:
+                raise DaskError(f"cannot reach a Dask scheduler at {address}: {exc}") from None
         try:
-            client.wait_for_workers(1, timeout=WORKER_WAIT)
-        except TimeoutError:
-            raise DaskError(f"no Dask worker joined {address} within {WORKER_WAIT:g} s") from None
-        yield DaskExecutor(client, label=label, window=window)
+            try:
+                client.wait_for_workers(1, timeout=WORKER_WAIT)
+            except TimeoutError:
+                raise DaskError(f"no Dask worker joined {address} within {WORKER_WAIT:g} s") \
+                    from None
+            yield DaskExecutor(client, label=label, window=window)
+        finally:
+            client.close()
     finally:
-        client.close()
         if cluster is not None:
             cluster.close()

@@ -415,7 +415,9 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
               show_default=True, help="Directory for records.jsonl, summary.json, report.md.")
 @click.option("--workers", type=click.IntRange(min=0), default=0,
               help="Worker processes (default: one per CPU). Records do not depend on it.")
-def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int) -> None:
+@dask_option
+def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int,
+           dask: str | None) -> None:
     """Run the framework cohort: the same programs through torch and JAX checkpointing.
 
     Five paired program families per seed key, float32 and float64, through every
@@ -442,13 +444,31 @@ def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int)
         check_config(cfg)
         bar = _progress(len(task_ids(cfg)))
         try:
-            summary = run_cohort(cfg, on_task=bar.update)
+            with _executor(dask, "cohort") as executor:
+                summary = run_cohort(cfg, on_task=bar.update,
+                                     executor=_cohort_mapper(executor) if executor else None)
         finally:
             bar.render_finish()
-    except CohortError as exc:
+    except (CohortError, DaskError) as exc:
         fail_usage(str(exc))
+    except KeyboardInterrupt:
+        click.echo("\nreplayverify: interrupted; the cohort is incomplete (it has no --resume)",
+                   err=True)
+        sys.exit(130)
     _print_cohort(summary, cfg.out)
     sys.exit(0 if summary["verdict"] == "as-expected" else 1)
+
+
+def _cohort_mapper(executor):
+    """``run_cohort``'s ``executor(fn, items)`` on Dask: each task keyed by its task id.
+
+    A task every worker it was given to died on has no records to stand for it (the
+    records name the methods the framework would have run), so it stops the run.
+    """
+    def lost(item, reason: str):
+        raise DaskError(f"cohort task {item[0]}: {reason}")
+
+    return lambda fn, items: executor.map(fn, items, name=lambda item: item[0], lost=lost)
 
 
 def _print_cohort(summary: dict, out) -> None:

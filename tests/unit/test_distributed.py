@@ -148,6 +148,22 @@ def test_a_task_whose_workers_all_die_becomes_its_lost_result(local2):
     assert len(out) == 1 and out[0].startswith("lost a: every Dask worker that ran it died")
 
 
+@needs_dask
+def test_cohort_on_a_local_cluster_gives_the_records_of_a_local_run(local2, tmp_path):
+    from replayverify.cli import _cohort_mapper
+    from replayverify.cohort.runner import CohortConfig, run_cohort
+
+    def config(out):
+        return CohortConfig(frameworks=("replayverify",), seeds=(420000, 420002), workers=1,
+                            out=out)
+
+    run_cohort(config(tmp_path / "local"))
+    run_cohort(config(tmp_path / "dask"),
+               executor=_cohort_mapper(DaskExecutor(local2.client, label="cohort")))
+    assert lines(tmp_path / "dask") == lines(tmp_path / "local")
+    assert len(lines(tmp_path / "local")) == 100
+
+
 def test_task_ids_must_be_unique():
     class Client:
         def nthreads(self):

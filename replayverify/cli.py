@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sys
+from typing import NoReturn
 
 import click
 import numpy as np
@@ -21,7 +22,7 @@ from replayverify.untrusted import dumps, one_line
 from replayverify.verifier.executors import DaskError
 
 
-def fail_usage(message: str) -> None:
+def fail_usage(message: str) -> NoReturn:
     """One line on stderr and exit status 2."""
     click.echo(f"replayverify: {message}", err=True)
     sys.exit(2)
@@ -32,7 +33,6 @@ def load_or_exit(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
         return load_program(path, max_bytes=max_bytes)
     except ProgramError as exc:
         fail_usage(f"{one_line(path, 80)}: rejected: {exc}")
-        raise  # unreachable
 
 
 max_bytes_option = click.option(
@@ -341,7 +341,6 @@ def resolve_engines(spec: str | None) -> tuple[str, ...] | None:
         return (registry.resolve(spec),)
     except ValueError as exc:
         fail_usage(str(exc))
-        raise  # unreachable
 
 
 @main.command()

@@ -95,11 +95,14 @@ class Engine(Protocol):
 
     name: str
 
-    def run(self, program: Program, *, admission: Admission | None = None) -> EngineResult:
+    def run(self, program: Program, *, admission: Admission | None = None,
+            xp: ModuleType | None = None) -> EngineResult:
         """Forward, backward through the engine's own recovery; report the result.
 
-        ``admission`` is the program's derivative admission (computed when None). The
-        built-in engines also take ``xp``, the array module to run on (default NumPy).
+        ``admission`` is the program's derivative admission (computed when None); ``xp``
+        the array module to run on (None: NumPy, the specification; CuPy with the GPU
+        backend). The verifier passes ``xp`` only when asked to check on another module,
+        so an engine that runs on NumPy alone may leave it out of its signature.
         """
         ...
 

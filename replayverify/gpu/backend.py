@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
 from types import ModuleType
-from typing import Any
 
 import numpy as np
+
+from replayverify.programs.arrays import (  # noqa: F401  (re-exported)
+    is_cupy_array,
+    is_cupy_module,
+    namespace_of,
+    to_host,
+)
 
 INSTALL_HINT = "CuPy is not installed (pip install 'replayverify[gpu]')"
 NO_DEVICE = "no CUDA device"
@@ -87,33 +92,6 @@ def get_xp(name: str = "numpy") -> ModuleType:
     raise ValueError(f"unknown array backend {name!r}; expected 'numpy' or 'cupy'")
 
 
-def is_cupy_module(xp: Any) -> bool:
-    """Whether ``xp`` is the CuPy module, decided by name so that CuPy is never imported."""
-    return getattr(xp, "__name__", None) == "cupy"
-
-
-def is_cupy_array(x: Any) -> bool:
-    """Whether ``x`` is a CuPy array; false without looking further when CuPy was never imported."""
-    cp = sys.modules.get("cupy")
-    return cp is not None and isinstance(x, cp.ndarray)
-
-
-def namespace_of(*arrays: Any) -> ModuleType:
-    """The array module of ``arrays``: CuPy if any is a CuPy array, else NumPy."""
-    for a in arrays:
-        if is_cupy_array(a):
-            return sys.modules["cupy"]
-    return np
-
-
-def to_numpy(x: Any) -> np.ndarray:
-    """A NumPy copy (or view) of a NumPy or CuPy array, for comparisons and reports."""
-    if is_cupy_array(x):
-        return x.get()
-    return np.asarray(x)
-
-
-def _reset_for_tests() -> None:
-    """Forget the cached import/device result (tests only)."""
-    global _loaded
-    _loaded = None
+# The array-module helpers live in ``programs.arrays`` (one set for the whole package);
+# they are re-exported here as part of the backend's public surface.
+to_numpy = to_host

@@ -1,4 +1,5 @@
-"""Philox4x32-10 on the GPU: the same words, uniforms and masks as ``replayverify.programs.philox``.
+"""Philox4x32-10 on the GPU: the same words, uniforms and masks as ``replayverify.programs.philox``,
+registered behind its one interface (``philox_for("cupy")`` is :data:`KERNELS`).
 
 Each function takes the explicit generator state (:class:`RngState`) and a block count ``n`` and
 launches one kernel of ``kernels.cu`` over blocks counter+0 .. counter+n-1 (128-bit carries).
@@ -14,7 +15,7 @@ import numpy as np
 
 from replayverify.gpu import _kernels
 from replayverify.gpu.backend import require_cupy
-from replayverify.programs.philox import MASK32, MASK64, RngState
+from replayverify.programs.philox import MASK32, MASK64, PhiloxImpl, RngState
 
 
 def _args(state: RngState) -> tuple[np.uint32, np.uint32, np.uint64, np.uint64]:
@@ -71,6 +72,11 @@ def keep_mask(state: RngState, n: int, keep: float, dtype: Any) -> Any:
     m = cp.empty(n, dtype=cp.uint8)
     _launch("rv_philox_keep", n, (m,), (np.float64(keep),), state)
     return m.astype(dtype)
+
+
+# The kernels behind ``programs.philox``'s one Philox interface (registered there as
+# "cupy"; ``philox_for("cupy")`` imports this module on first use).
+KERNELS = PhiloxImpl("cupy", words, uniforms, normals, keep_mask)
 
 
 def draw_normals(state: RngState, n: int) -> tuple[Any, RngState]:

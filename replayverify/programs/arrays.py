@@ -33,11 +33,33 @@ def is_numpy(xp: ModuleType) -> bool:
     return xp is np
 
 
+def is_cupy_module(xp: Any) -> bool:
+    """Whether ``xp`` is the CuPy module, decided by name so that CuPy is never imported."""
+    return getattr(xp, "__name__", None) == "cupy"
+
+
+def is_cupy_array(x: Any) -> bool:
+    """Whether ``x`` is a CuPy array; false without looking further when CuPy was never
+    imported."""
+    cp = sys.modules.get("cupy")
+    return cp is not None and isinstance(x, cp.ndarray)
+
+
+def namespace_of(*arrays: Any) -> ModuleType:
+    """The array module of ``arrays``: CuPy if any is a CuPy array, else NumPy."""
+    for a in arrays:
+        if is_cupy_array(a):
+            return sys.modules["cupy"]
+    return np
+
+
 def to_host(a: Any) -> np.ndarray:
-    """``a`` as a NumPy array: itself on NumPy, a host copy (``a.get()``) of a device array."""
+    """``a`` as a NumPy array: itself on NumPy, a host copy (``a.get()``) of a device array,
+    ``np.asarray`` of anything else (lists, scalars)."""
     if isinstance(a, np.ndarray):
         return a
-    return a.get()
+    get = getattr(a, "get", None)
+    return np.asarray(a) if get is None or isinstance(a, (dict, list, tuple)) else get()
 
 
 def to_xp(xp: ModuleType, a: np.ndarray) -> Any:

@@ -7,7 +7,9 @@ u32 words and a 128-bit counter of four u32 words (word 0 least significant).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import importlib
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -154,3 +156,58 @@ def draw_uniforms(state: RngState, n: int) -> tuple[np.ndarray, RngState]:
     """n first uniforms u1 (float64) and the advanced state."""
     u1, _ = uniforms(words(state, n))
     return u1, state.advanced(n)
+
+
+# ---------------------------------------------------------------- implementations
+#
+# One interface, several implementations: each computes the same words, uniforms and
+# masks (normals may differ in the last place across backends, SPEC §2) for one array
+# module. The CPU one below is the specification; the CUDA kernels (``gpu.philox``)
+# are registered by name as a ``module:attr`` reference, imported on first use only.
+
+
+class PhiloxImpl(NamedTuple):
+    """The draws of SPEC §2 for blocks counter+0 .. counter+n-1 of a generator state."""
+
+    name: str
+    words: Callable[[RngState, int], Any]  # (n, 4) u32 words (in uint64)
+    uniforms: Callable[[RngState, int], tuple[Any, Any]]  # (u1, u2) float64
+    normals: Callable[[RngState, int], Any]  # Box-Muller z, float64
+    keep_mask: Callable[[RngState, int, Any, Any], Any]  # (state, n, keep, dtype)
+
+
+CPU = PhiloxImpl(
+    "numpy",
+    words,
+    lambda state, n: uniforms(words(state, n)),
+    lambda state, n: normals(*uniforms(words(state, n))),
+    lambda state, n, keep, dtype: keep_mask(uniforms(words(state, n))[0], keep, dtype),
+)
+
+_IMPLS: dict[str, PhiloxImpl | str] = {
+    "numpy": CPU,
+    "cupy": "replayverify.gpu.philox:KERNELS",  # the CUDA kernels, imported on first use
+}
+
+
+def register_philox(impl: PhiloxImpl | str, name: str | None = None) -> None:
+    """Register a Philox implementation for the array module ``name`` (an implementation
+    or a ``module:attr`` reference to one); a name already taken is refused."""
+    name = name or (impl.name if isinstance(impl, PhiloxImpl) else None)
+    if not name:
+        raise ValueError("a Philox implementation given as a reference needs a name")
+    if name in _IMPLS:
+        raise ValueError(f"a Philox implementation for {name!r} is already registered")
+    _IMPLS[name] = impl
+
+
+def philox_for(module_name: str) -> PhiloxImpl:
+    """The Philox implementation registered for an array module ("numpy", "cupy")."""
+    impl = _IMPLS.get(module_name)
+    if impl is None:
+        raise ValueError(f"no Philox implementation for {module_name!r}; registered: "
+                         f"{', '.join(sorted(_IMPLS))}")
+    if isinstance(impl, str):
+        mod, _, attr = impl.partition(":")
+        impl = _IMPLS[module_name] = getattr(importlib.import_module(mod), attr)
+    return impl

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
 
@@ -82,10 +83,11 @@ def _engines(names: Sequence[str | Engine] | None) -> list[tuple[str, Engine]]:
     return out
 
 
-def _run(engine: Engine, execution: Execution,
-         reference: np.ndarray | None) -> tuple[EngineResult, Verdict, Verdict, float]:
+def _run(engine: Engine, execution: Execution, reference: np.ndarray | None,
+         xp: ModuleType | None = None) -> tuple[EngineResult, Verdict, Verdict, float]:
     t0 = time.perf_counter()
-    result = engine.run(execution.program, admission=execution.admission)
+    extra = {} if xp is None else {"xp": xp}  # NumPy-only engines need not take ``xp``
+    result = engine.run(execution.program, admission=execution.admission, **extra)
     grad = gradient_verdict(result, execution, reference)
     byt = bytes_verdict(result, execution)
     return result, grad, byt, time.perf_counter() - t0
@@ -95,7 +97,8 @@ def engine_records(program: Program, execution: Execution,
                    reference_gradient: np.ndarray | None,
                    engines: Sequence[str | Engine] | None = None,
                    program_id: str | None = None, *,
-                   mutants: bool | Sequence[str] = False) -> list[Record]:
+                   mutants: bool | Sequence[str] = False,
+                   xp: ModuleType | None = None) -> list[Record]:
     """Run each engine on ``program`` and judge it against ``execution`` (SPEC §5).
 
     ``engines``: the systems under test, as names (registered, ``policy:...`` or
@@ -103,7 +106,8 @@ def engine_records(program: Program, execution: Execution,
     a mutant. Each gives a ``gradient`` and a ``bytes`` record (``error`` records if it
     raises), a mutant named here included. ``mutants`` (True: every registered mutant)
     adds the mutants as controls: one ``mutant:...`` record each, see
-    :func:`mutant_records`.
+    :func:`mutant_records`. ``xp`` runs the engines on that array module (for example
+    CuPy); they are judged against the NumPy interpreter all the same.
     """
     label = program_label(program, program_id)
     sha = program.sha256
@@ -111,7 +115,7 @@ def engine_records(program: Program, execution: Execution,
     for name, engine in _engines(engines):
         t0 = time.perf_counter()
         try:
-            result, grad, byt, seconds = _run(engine, execution, reference_gradient)
+            result, grad, byt, seconds = _run(engine, execution, reference_gradient, xp)
         except Exception as exc:  # one record per check, never dropped
             err = Verdict(Outcome.ERROR, None, f"{type(exc).__name__}: {exc}")
             records += [make_record(label, sha, c, err, time.perf_counter() - t0, name)

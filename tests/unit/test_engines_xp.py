@@ -192,3 +192,17 @@ def test_a_numpy_only_call_in_the_engine_path_raises(bug, monkeypatch):
     engine.run(program)  # fine on NumPy
     with pytest.raises(TypeError):
         engine.run(program, xp=fd)
+
+
+def test_the_verifier_checks_an_engine_on_another_array_module():
+    """engine_records(..., xp=...) runs the engines there and judges them against the
+    NumPy interpreter: the records are the NumPy run's."""
+    from replayverify.verifier.engine_checks import engine_records
+
+    for program in (HAND["gather_scatter"](), HAND["draws"]()):
+        ex = execute(program)
+        cpu = engine_records(program, ex, None, ["whole", "region"])
+        dev = engine_records(program, ex, None, ["whole", "region"], xp=fd)
+        assert [(r.check, r.engine, r.outcome, r.detail) for r in dev] == \
+            [(r.check, r.engine, r.outcome, r.detail) for r in cpu]
+        assert all(r.outcome == "match" for r in dev)

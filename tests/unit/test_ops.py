@@ -178,3 +178,44 @@ def test_execution_is_deterministic(seed):
     a, b = execute(p), execute(p)
     assert a.buffers == b.buffers and a.rng == b.rng
     assert (a.gradient is None and b.gradient is None) or np.array_equal(a.gradient, b.gradient)
+
+
+def test_op_specs_carry_the_facts_about_each_kind():
+    from replayverify.programs.model import OP_SPECS, Draw, ShapeRule
+
+    draws = {k: s.draws for k, s in OP_SPECS.items() if s.draws}
+    assert draws == {OpKind.NOISE: Draw.NORMAL, OpKind.DROPOUT: Draw.KEEP_MASK}
+    assert {k for k, s in OP_SPECS.items() if s.partial} == {OpKind.SCATTER}
+    assert {k: s.shape for k, s in OP_SPECS.items() if s.indexed} == {
+        OpKind.GATHER: ShapeRule.GATHER, OpKind.SCATTER: ShapeRule.SCATTER}
+    assert {k: s.value_operands for k, s in OP_SPECS.items() if s.value_operands} == {
+        OpKind.MUL: ("x", "y"), OpKind.TANH: ("x",), OpKind.SIN: ("x",),
+        OpKind.GATHER: ("index",), OpKind.SCATTER: ("index",)}
+    for kind, spec in OP_SPECS.items():  # every value operand is a field the op reads
+        assert set(spec.value_operands) <= set(spec.reads), kind
+
+
+def test_forward_rules_batch_over_a_trailing_axis():
+    """Each FORWARD rule evaluated on operands with a trailing batch axis gives, column by
+    column, what it gives on flat operands (the complex step relies on it)."""
+    from replayverify.programs.model import OP_SPECS, Op
+
+    rng = np.random.default_rng(0)
+    n = 6
+    for kind, spec in OP_SPECS.items():
+        if spec.dtypes.value == "int":
+            continue
+        op = Op(kind, "d", "x", y="y" if "y" in spec.sources else None,
+                index="i" if spec.indexed else None,
+                **{c.name: 0.5 for c in spec.coefs})
+        flat = {f: rng.standard_normal(n) for f in spec.sources}
+        if spec.indexed:
+            flat["index"] = np.array([3, -1, 3, 0, 7, 2])
+        d = rng.standard_normal(n) if spec.draws else None
+        cols = [FORWARD[kind](op, {f: v if f == "index" else v + j for f, v in flat.items()},
+                              d, np.dtype(np.float64), n) for j in range(3)]
+        batch = {f: v if f == "index" else v[:, None] + np.arange(3) for f, v in flat.items()}
+        got, where = FORWARD[kind](op, batch, d, np.dtype(np.float64), n)
+        for j, (want, want_where) in enumerate(cols):
+            assert got[:, j].tobytes() == np.asarray(want).tobytes(), kind
+            assert (where is None) == (want_where is None)

@@ -85,3 +85,42 @@ def test_state_bytes_are_24_little_endian():
     s = RngState((1, 2), (3, 4, 5, 0x01020304))
     raw = s.to_bytes()
     assert len(raw) == 24 and raw[-4:] == bytes([4, 3, 2, 1])
+
+
+def test_one_philox_interface_cpu_and_kernels_registered_duplicates_refused():
+    from replayverify.programs.philox import CPU, PhiloxImpl, philox_for, register_philox
+
+    cpu = philox_for("numpy")
+    assert cpu is CPU
+    for key, counter, want in KNOWN:
+        got = cpu.words(RngState(key, counter), 1)[0]
+        assert tuple(int(w) for w in got) == want
+    state = RngState((3, 4), (5, 0, 0, 0))
+    u1, u2 = cpu.uniforms(state, 7)
+    assert cpu.normals(state, 7).tobytes() == normals(u1, u2).tobytes()
+    assert cpu.keep_mask(state, 7, 0.5, np.float32).tobytes() == \
+        keep_mask(u1, 0.5, np.float32).tobytes()
+    # the CUDA kernels sit behind the same interface (importing them needs no CuPy)
+    kernels = philox_for("cupy")
+    assert isinstance(kernels, PhiloxImpl) and kernels.name == "cupy"
+    with pytest.raises(ValueError, match="already registered"):
+        register_philox(CPU)
+    with pytest.raises(ValueError, match="already registered"):
+        register_philox(kernels)
+    with pytest.raises(ValueError, match="no Philox implementation"):
+        philox_for("torch")
+
+
+def test_shared_blocks_memoise_only_the_state_they_are_asked_for():
+    from replayverify.programs.philox import Blocks
+
+    blocks = Blocks()
+    a = RngState((1, 2), (3, 0, 0, 0))
+    u1, u2 = blocks.uniforms(a, 5)
+    assert blocks.uniforms(a, 5)[0] is u1  # computed once
+    want = uniforms(words(a, 5))
+    assert u1.tobytes() == want[0].tobytes() and u2.tobytes() == want[1].tobytes()
+    b = a.advanced(1)  # another state: other values, never the cached ones
+    assert blocks.uniforms(b, 5)[0].tobytes() == uniforms(words(b, 5))[0].tobytes()
+    assert blocks.uniforms(b, 5)[0].tobytes() != u1.tobytes()
+    assert not u1.flags.writeable

@@ -2,7 +2,8 @@
 
 Execution gathers each op's operands from the byte buffers (all reads before the
 first write), computes with the op's forward rule, and scatters the results. Beside
-the bytes it tracks, per byte, the version id of its last writer. Every element an op
+the bytes it tracks the version id of the last writer of every byte (stored once per
+aligned 4-byte word, which is exact: see ``_Writers``). Every element an op
 writes is a new version node; nodes are stored per op as arrays (operand version ids,
 operand values, consumed random values), never as one Python object per element.
 The reverse sweep over that graph gives dL/d(inputs).
@@ -322,28 +323,68 @@ class OpVersions:
 
 
 class _Nodes:
-    """Growable per-node attributes: the op that wrote it, dtype code, first byte."""
+    """Per-node attributes: the op that wrote it, dtype code, first byte.
 
-    def __init__(self) -> None:
-        self.op = np.empty(64, np.int64)
-        self.dtype = np.empty(64, np.int8)
-        self.start = np.empty(64, np.int64)
+    Sized once for the most nodes the program can create (its inputs' elements plus every
+    op's destination elements), so nothing is copied while it fills; grows if asked for more.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        capacity = max(capacity, 1)
+        self.op = np.empty(capacity, np.int64)
+        self.dtype = np.empty(capacity, np.int8)
+        self.start = np.empty(capacity, np.int64)
         self.n = 0
 
     def add(self, op: int, dtype_code: int, starts: np.ndarray) -> np.ndarray:
         m = starts.size
-        while self.n + m > self.op.size:
+        if self.n + m > self.op.size:
+            size = max(self.op.size * 2, self.n + m)
             for name in ("op", "dtype", "start"):
                 old = getattr(self, name)
-                new = np.empty(old.size * 2, old.dtype)
+                new = np.empty(size, old.dtype)
                 new[: self.n] = old[: self.n]
                 setattr(self, name, new)
         ids = np.arange(self.n, self.n + m, dtype=np.int64)
-        self.op[ids] = op
-        self.dtype[ids] = dtype_code
-        self.start[ids] = starts
+        self.op[self.n: self.n + m] = op
+        self.dtype[self.n: self.n + m] = dtype_code
+        self.start[self.n: self.n + m] = starts
         self.n += m
         return ids
+
+
+class _Writers:
+    """The last writer's version id of every byte, stored per aligned 4-byte word.
+
+    Offsets and strides are multiples of the itemsize (4 or 8), so every element covers
+    whole aligned words and the bytes of a word always share their last writer: one id per
+    word says exactly what one id per byte would. Ids are stored plus one in zero-filled
+    arrays (``np.zeros``: pages never written cost no memory), so the bookkeeping grows
+    with what is written, not with the buffers' size: at most 1 byte per buffer byte
+    (int32 ids; int64 only for programs that could create 2^31 nodes).
+    """
+
+    def __init__(self, program: Program, capacity: int) -> None:
+        self.dtype = np.int32 if capacity < 2**31 - 2 else np.int64
+        self.words = {b.name: np.zeros(-(-b.nbytes // 4), self.dtype) for b in program.buffers}
+
+    @staticmethod
+    def _index(layout: ViewLayout, where: np.ndarray | None) -> np.ndarray:
+        starts = layout.starts if where is None else layout.starts[where]
+        first = starts >> 2
+        if layout.dtype.itemsize == 4:
+            return first[:, None]
+        return np.stack([first, first + 1], axis=1)
+
+    def read(self, layout: ViewLayout) -> np.ndarray:
+        """Version ids (CONST where never written) of each word of each element: (n, w)."""
+        ids = self.words[layout.view.buffer][self._index(layout, None)].astype(np.int64)
+        return ids - 1
+
+    def write(self, layout: ViewLayout, where: np.ndarray | None, vids: np.ndarray) -> None:
+        """Record ``vids`` as the last writer of the elements at ``where`` (all if None)."""
+        idx = self._index(layout, where)
+        self.words[layout.view.buffer][idx] = (vids + 1).astype(self.dtype)[:, None]
 
 
 DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
@@ -388,11 +429,10 @@ class Execution:
         return self._gradient
 
 
-def _resolve(nodes: _Nodes, writer: np.ndarray, layout: ViewLayout, k: int,
+def _resolve(nodes: _Nodes, writers: _Writers, layout: ViewLayout, k: int,
              what: str) -> tuple[np.ndarray, str]:
     """Version id read by each element of a float view, or BAD with the first reason."""
-    item = layout.dtype.itemsize
-    ids = writer[layout.byte_index].reshape(-1, item)
+    ids = writers.read(layout)
     first = ids[:, 0]
     uniform = np.all(ids == first[:, None], axis=1)
     written = first >= 0
@@ -459,14 +499,16 @@ def execute(program: Program, *, record_boundaries: bool = True,
     given = given_draws(program, draws) if draws else {}
     lay = layouts(program)
     state = initial_state(program)
-    nodes = _Nodes()
-    writer = {b.name: np.full(b.nbytes, CONST, dtype=np.int64) for b in program.buffers}
+    capacity = sum(lay[name].size for name in program.inputs) + sum(
+        lay[op.dst].size for op in program.ops)
+    nodes = _Nodes(capacity)
+    writers = _Writers(program, capacity)
 
     input_ids = []
     for name in program.inputs:
         layout = lay[name]
         ids = nodes.add(INPUT_OP, DTYPE_CODE[layout.view.dtype], layout.starts)
-        writer[layout.view.buffer][layout.byte_index] = np.repeat(ids, layout.dtype.itemsize)
+        writers.write(layout, None, ids)
         input_ids.append(ids)
     input_vids = np.concatenate(input_ids) if input_ids else np.empty(0, np.int64)
 
@@ -485,15 +527,14 @@ def execute(program: Program, *, record_boundaries: bool = True,
         if float_op:
             for f in op.spec.sources:
                 src = lay[getattr(op, f)]
-                vids, reason = _resolve(nodes, writer[src.view.buffer], src, k, f"op {k}")
+                vids, reason = _resolve(nodes, writers, src, k, f"op {k}")
                 read_vids[f] = vids
                 if reason and admission.supported:
                     admission = Admission(False, reason, k)
         ev = execute_op(program, k, state, draws=given.get(k), forward=forward)
         starts = dst.starts if ev.where is None else dst.starts[ev.where]
         out = nodes.add(k, DTYPE_CODE[dst.view.dtype], starts)
-        item = dst.dtype.itemsize
-        writer[dst.view.buffer][dst.bytes_of(ev.where)] = np.repeat(out, item)
+        writers.write(dst, ev.where, out)
         records.append(ev)
         versions.append(OpVersions(read_vids, out))
         if record_boundaries and (k + 1) in cuts:
@@ -502,7 +543,7 @@ def execute(program: Program, *, record_boundaries: bool = True,
     loss_layout = lay[program.loss.view]
     loss_vids = np.full(loss_layout.size, CONST, dtype=np.int64)
     if loss_layout.view.is_float:
-        loss_vids, reason = _resolve(nodes, writer[loss_layout.view.buffer], loss_layout,
+        loss_vids, reason = _resolve(nodes, writers, loss_layout,
                                      len(program.ops), "the loss")
         if reason and admission.supported:
             admission = Admission(False, reason, None)

@@ -27,14 +27,29 @@ class ViewLayout:
     view: View
     dtype: np.dtype
     starts: np.ndarray  # first byte of each element, row-major (int64)
-    byte_index: np.ndarray  # every byte of every element, element-major (int64)
-    # copies of ``starts`` and ``byte_index`` in other array modules, made on first use
-    # (one per module: with CuPy, on the device current then; one device per process)
+    # ``byte_index`` (made on first use) and copies of ``starts`` and ``byte_index`` in
+    # other array modules (one per module: with CuPy, on the device current then)
     _on: dict[tuple[str, str], Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def size(self) -> int:
         return self.view.size
+
+    @property
+    def byte_index(self) -> np.ndarray:
+        """Every byte of every element, element-major (int64): 8 bytes per view byte, so
+        made only when a caller asks; reads and writes on NumPy use strided views."""
+        arr = self._on.get(("numpy", "byte_index"))
+        if arr is None:
+            arr = view_bytes(self.view)
+            arr.setflags(write=False)
+            self._on[("numpy", "byte_index")] = arr
+        return arr
+
+    def strided(self, buf: np.ndarray) -> np.ndarray:
+        """The view's elements as a writable strided NumPy array over the buffer's memory."""
+        v = self.view
+        return np.ndarray(v.shape, self.dtype, buffer=buf, offset=v.offset, strides=v.strides)
 
     def _copy_on(self, xp: ModuleType, name: str) -> Any:
         key = (xp.__name__, name)
@@ -76,9 +91,7 @@ def _compute_layouts(program: Program) -> dict[str, ViewLayout]:
     for v in program.views:
         starts = v.element_starts()
         starts.setflags(write=False)
-        idx = view_bytes(v)
-        idx.setflags(write=False)
-        out[v.name] = ViewLayout(v, DTYPES[v.dtype], starts, idx)
+        out[v.name] = ViewLayout(v, DTYPES[v.dtype], starts)
     return out
 
 
@@ -102,15 +115,20 @@ class State:
     def read(self, layout: ViewLayout) -> Any:
         """Gather a view's values into a fresh contiguous array of its shape."""
         buf = self.buffers[layout.view.buffer]
-        idx = layout.byte_index if self.xp is np else layout.index(self.xp)
-        return buf[idx].view(layout.dtype).reshape(layout.view.shape)
+        if self.xp is np:
+            return layout.strided(buf).copy()
+        return buf[layout.index(self.xp)].view(layout.dtype).reshape(layout.view.shape)
 
     def write(self, layout: ViewLayout, values, where: Any = None) -> None:
         """Scatter ``values`` (flat, in the view's dtype) to the view's elements ``where``."""
         buf = self.buffers[layout.view.buffer]
         raw = values.astype(layout.dtype, copy=False).reshape(-1)
-        if where is None and self.xp is np:
-            buf[layout.byte_index] = raw.view(np.uint8)
+        if self.xp is np:
+            target = layout.strided(buf)
+            if where is None:
+                target[...] = raw.reshape(layout.view.shape)
+            else:
+                target[np.unravel_index(where, layout.view.shape)] = raw
         else:
             buf[layout.bytes_of(where, self.xp)] = raw.view(np.uint8)
 

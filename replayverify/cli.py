@@ -78,7 +78,8 @@ def run_document(program: Program) -> dict:
     return {
         "program": program.name,
         "sha256": program_sha256(program),
-        "buffers": {k: hashlib.sha256(v).hexdigest() for k, v in ex.buffers.items()},
+        "buffers": {k: hashlib.sha256(np.ascontiguousarray(v).data).hexdigest()
+                    for k, v in ex.state.buffers.items()},
         "rng": {"key": list(ex.rng.key), "counter": list(ex.rng.counter)},
         "loss": ex.loss,
         "gradient": None if grad is None else [float(g) for g in grad],

@@ -24,6 +24,7 @@ from replayverify.engines.strategies import (
     Whole,
     read_fields,
 )
+from replayverify.programs.arrays import unique_ints
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import State, layouts
@@ -222,7 +223,7 @@ def _segment_written(tape: Tape, s: int) -> dict[str, np.ndarray]:
     for k in range(a, b):
         dst = tape.lay[tape.program.ops[k].dst]
         parts.setdefault(dst.view.buffer, []).append(dst.index(tape.xp))
-    return {name: tape.xp.unique(tape.xp.concatenate(p)) for name, p in parts.items()}
+    return {name: unique_ints(tape.xp.concatenate(p)) for name, p in parts.items()}
 
 
 class ReplayLeaksVisibleState(Whole):

@@ -25,7 +25,7 @@ from replayverify.engines.base import (
     load_buffers,
     run_strategies,
 )
-from replayverify.programs.arrays import array_namespace
+from replayverify.programs.arrays import array_namespace, unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
 from replayverify.programs.model import Op, Program
 from replayverify.programs.state import State
@@ -101,7 +101,7 @@ class ReadSet(Strategy):
             per_buffer.setdefault(lay.view.buffer, []).append(lay.index(xp))
         kept = {}
         for name, parts in per_buffer.items():
-            idx = xp.unique(xp.concatenate(parts))
+            idx = unique_ints(xp.concatenate(parts))
             kept[name] = (idx, state.buffers[name][idx])
         rng = state.rng if op.spec.draws else None
         nbytes = sum(int(v.nbytes) for _, v in kept.values()) + (RNG_BYTES if rng else 0)
@@ -190,7 +190,7 @@ def region_bytes(written: Any, granularity: int, nbytes: int) -> tuple[Any, int]
     bytes (the buffer's last region may be a short tail), and the region count; arrays
     of ``written``'s module."""
     xp = array_namespace(written)
-    ids = xp.unique(written // granularity)
+    ids = unique_ints(written // granularity)
     idx = (ids[:, None] * granularity + xp.arange(granularity, dtype=xp.int64)).reshape(-1)
     return idx[idx < nbytes], int(ids.size)
 
@@ -241,7 +241,7 @@ class Region(Strategy):
             written, _ = region_bytes(dst.bytes_of(ev.where, xp), g, buf.size)
             keep = xp.isin(idx, written)
             idx, old = idx[keep], old[keep]
-        regions = int(xp.unique(idx // g).size)
+        regions = int(unique_ints(idx // g).size)
         entry = JournalEntry(dst.view.buffer, idx, old, buf[idx], regions)
         tape.keep(s, ("journal", k), entry, entry.nbytes)
 

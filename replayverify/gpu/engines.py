@@ -26,11 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from replayverify.engines.base import INDEX_BYTES, Tape
 from replayverify.engines.strategies import JournalEntry, Region
 from replayverify.gpu import journal as jr
+from replayverify.programs.arrays import unique_ints
 from replayverify.programs.interpreter import OpValues
 from replayverify.programs.state import State
 
@@ -64,7 +63,7 @@ class JournalRegion(Region):
         g = self.granularity
         assert g is not None
         # The regions a view covers are program data: computed on the host.
-        lay = jr.layout(buf.size, np.unique(dst.byte_index // g), g)
+        lay = jr.layout(buf.size, unique_ints(dst.byte_index // g), g)
         return jr.save(tape.xp, buf, lay)
 
     def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpValues,

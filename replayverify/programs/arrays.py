@@ -81,3 +81,29 @@ def scatter_add(xp: ModuleType, a: Any, index: Any, values: Any) -> None:
     if at is None:
         raise TypeError(f"{xp.__name__}.add has no .at (scatter-add); CuPy has it from v13")
     at(a, index, values)
+
+
+def unique_ints(a: Any) -> Any:
+    """The sorted distinct values of an integer array: ``np.unique(a)``, in ``a``'s dtype.
+
+    When the values span at most a few times their count (byte and element indices of
+    views almost always do), a bitmap over that span: linear time. NumPy 2's hashing
+    ``np.unique`` takes tens of seconds on the 8M byte indices of a 1M-element float64
+    view; a sort is the fallback for sparse values.
+    """
+    xp = array_namespace(a)
+    if xp is not np:  # CuPy's unique sorts already
+        return xp.unique(a)
+    a = a.reshape(-1)
+    if a.size == 0:
+        return a.copy()
+    lo, hi = int(a.min()), int(a.max())
+    if hi - lo <= 8 * a.size + 4096:
+        mask = xp.zeros(hi - lo + 1, dtype=bool)
+        mask[a - lo] = True
+        return (xp.flatnonzero(mask) + lo).astype(a.dtype, copy=False)
+    s = xp.sort(a)
+    keep = xp.empty(s.size, dtype=bool)
+    keep[0] = True
+    keep[1:] = s[1:] != s[:-1]
+    return s[keep]

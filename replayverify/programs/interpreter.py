@@ -368,23 +368,31 @@ class _Writers:
         self.dtype = np.int32 if capacity < 2**31 - 2 else np.int64
         self.words = {b.name: np.zeros(-(-b.nbytes // 4), self.dtype) for b in program.buffers}
 
-    @staticmethod
-    def _index(layout: ViewLayout, where: np.ndarray | None) -> np.ndarray:
-        starts = layout.starts if where is None else layout.starts[where]
-        first = starts >> 2
-        if layout.dtype.itemsize == 4:
-            return first[:, None]
-        return np.stack([first, first + 1], axis=1)
+    def _strided(self, layout: ViewLayout) -> np.ndarray:
+        """The words of the view's elements, shape (*view shape, words per element), as a
+        strided array over the id array: word w sits at byte 4w of the buffer and at
+        ``w * itemsize`` of the id array, so offsets and strides scale by itemsize / 4."""
+        v = layout.view
+        words = self.words[v.buffer]
+        scale = words.itemsize // 4
+        return np.ndarray((*v.shape, v.itemsize // 4), words.dtype, buffer=words,
+                          offset=v.offset * scale,
+                          strides=(*(s * scale for s in v.strides), words.itemsize))
 
     def read(self, layout: ViewLayout) -> np.ndarray:
         """Version ids (CONST where never written) of each word of each element: (n, w)."""
-        ids = self.words[layout.view.buffer][self._index(layout, None)].astype(np.int64)
-        return ids - 1
+        ids = self._strided(layout).reshape(layout.size, -1).astype(np.int64)
+        ids -= 1
+        return ids
 
     def write(self, layout: ViewLayout, where: np.ndarray | None, vids: np.ndarray) -> None:
         """Record ``vids`` as the last writer of the elements at ``where`` (all if None)."""
-        idx = self._index(layout, where)
-        self.words[layout.view.buffer][idx] = (vids + 1).astype(self.dtype)[:, None]
+        target = self._strided(layout)
+        stored = (vids + 1).astype(self.dtype)[:, None]
+        if where is None:
+            target[...] = stored.reshape(target.shape[:-1] + (1,))
+        else:
+            target[np.unravel_index(where, layout.view.shape)] = stored
 
 
 DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}

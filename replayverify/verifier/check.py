@@ -37,24 +37,48 @@ REFERENCE_CHECKS = CHECKS[1:]
 ENGINE_CHECKS = (Check.GRADIENT, Check.BYTES)  # the checks engine_records reports per engine
 
 
-MAX_SHADOW_BYTES = 2 * 2**30  # the most a derivative reference may allocate for its shadow
+MAX_SHADOW_BYTES = 2 * 2**30  # the most a derivative reference may allocate, all arrays
 
 
 class TooLarge(Exception):
     """A derivative reference would need more memory than MAX_SHADOW_BYTES."""
 
 
-def shadow_bytes(program: Program, per_coordinate: int) -> int:
-    """Bytes of a (coordinates x per_coordinate) shadow: inputs' elements as coordinates."""
+def reference_bytes(program: Program, check: str) -> tuple[int, int]:
+    """(peak, shadow) bytes a derivative reference holds: every array it allocates.
+
+    The shadow (coordinates x addresses for the forward Jacobian, x 8-byte words for the
+    complex step) lives throughout, beside the forward Jacobian's per-byte tags (int64);
+    on top comes the largest working set of one step: an op's source tangents (gathered
+    and masked: 2 arrays per source) and its rule's temporaries and result (3 per
+    destination), the inputs' seeds or the loss's tangents and weighted product. Each of
+    those is (elements x coordinates) in the reference's precision.
+    """
     lay = layouts(program)
-    return sum(lay[name].size for name in program.inputs) * per_coordinate
+    coords = sum(lay[name].size for name in program.inputs)
+    if check == Check.FORWARD_JACOBIAN:
+        item = np.dtype(PRECISION).itemsize
+        shadow = addresses(program).count * coords * item
+        fixed, per_src, per_dst = shadow + 8 * program.nbytes, 2 * item, 3 * item
+    else:  # complex step: float64 imaginary parts, complex128 operands and results
+        shadow = sum(-(-b.nbytes // 8) for b in program.buffers) * coords * 8
+        fixed, per_src, per_dst = shadow, 8 + 16, 3 * 16
+    seed = 8 if check == Check.COMPLEX_STEP else np.dtype(PRECISION).itemsize
+    steps = [max((lay[name].size for name in program.inputs), default=0) * seed,
+             lay[program.loss.view].size * per_dst]
+    for op in program.ops:
+        if lay[op.dst].view.is_float:
+            steps.append(per_src * sum(lay[getattr(op, f)].size for f in op.spec.sources)
+                         + per_dst * lay[op.dst].size)
+    return fixed + coords * max(steps), shadow
 
 
-def _guard(what: str, nbytes: int) -> None:
-    if nbytes > MAX_SHADOW_BYTES:
-        raise TooLarge(f"{what} would need {nbytes / 2**30:.3g} GiB of shadow storage "
-                       f"(input coordinates x elements), over the {MAX_SHADOW_BYTES / 2**30:g}"
-                       " GiB limit: not run")
+def _guard(what: str, program: Program, check: str) -> None:
+    peak, shadow = reference_bytes(program, check)
+    if peak > MAX_SHADOW_BYTES:
+        raise TooLarge(f"{what} would need {peak / 2**30:.3g} GiB ({shadow / 2**30:.3g} GiB "
+                       "of shadow storage, input coordinates x elements, plus working "
+                       f"arrays), over the {MAX_SHADOW_BYTES / 2**30:g} GiB limit: not run")
 
 
 def forward_jacobian_verdict(ex: Execution, fj: ForwardJacobian) -> Verdict:
@@ -76,12 +100,15 @@ def forward_jacobian_verdict(ex: Execution, fj: ForwardJacobian) -> Verdict:
 
 def complex_step_verdict(ex: Execution) -> Verdict:
     """Version-graph gradient against the complex step."""
-    words = sum(-(-b.nbytes // 8) for b in ex.program.buffers)
     try:
-        _guard("the complex step", shadow_bytes(ex.program, 8 * words))
+        _guard("the complex step", ex.program, Check.COMPLEX_STEP)
+        cs = complex_step(ex.program, refusal=ex.admission.reason)
     except TooLarge as exc:
         return Verdict(Outcome.UNSUPPORTED, None, str(exc))
-    cs = complex_step(ex.program, refusal=ex.admission.reason)
+    except MemoryError:  # the estimate is a bound of the arrays, not of the machine's memory
+        return Verdict(Outcome.UNSUPPORTED, None, "the complex step ran out of memory "
+                       f"(estimated {reference_bytes(ex.program, Check.COMPLEX_STEP)[0]} "
+                       "bytes): not run")
     if not cs.supported:
         return Verdict(Outcome.UNSUPPORTED, None, f"{cs.reason} (nothing compared)")
     return compare_gradients(ex.gradient, cs.gradient, ex.program)
@@ -146,9 +173,13 @@ def check_execution(
 
     def jacobian() -> ForwardJacobian:
         if not fj:
-            per = addresses(program).count * np.dtype(PRECISION).itemsize
-            _guard("the forward Jacobian", shadow_bytes(program, per))
-            fj.append(forward_jacobian(program))
+            _guard("the forward Jacobian", program, Check.FORWARD_JACOBIAN)
+            try:
+                fj.append(forward_jacobian(program))
+            except MemoryError:
+                peak = reference_bytes(program, Check.FORWARD_JACOBIAN)[0]
+                raise TooLarge(f"the forward Jacobian ran out of memory (estimated {peak} "
+                               "bytes): not run") from None
         return fj[0]
 
     def jacobian_verdict() -> Verdict:

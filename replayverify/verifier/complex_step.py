@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayverify.programs.arrays import unique_ints
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
 from replayverify.programs.model import OpKind, Program
@@ -59,7 +60,7 @@ class _Imag:
 
     def write(self, layout: ViewLayout, imag: np.ndarray | None, where) -> None:
         if imag is None:  # integer write: the words it touches have no derivative
-            words = np.unique(layout.bytes_of(where) // WORD)
+            words = unique_ints(layout.bytes_of(where) // WORD)
             self.imag[layout.view.buffer][:, words] = np.nan
             return
         starts = layout.starts if where is None else layout.starts[where]

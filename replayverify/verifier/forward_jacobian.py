@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayverify.programs.arrays import unique_ints
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
@@ -125,13 +126,13 @@ def addresses(program: Program) -> Addresses:
     floats = [lay[v.name] for v in program.views if v.is_float]
     if not floats:
         return Addresses(0, {})
-    # key = (buffer, first byte, itemsize): the itemsize distinguishes float32 from float64
-    keys = np.concatenate([
-        np.stack([np.full(lo.size, buf_id[lo.view.buffer]), lo.starts,
-                  np.full(lo.size, lo.dtype.itemsize)], axis=1) for lo in floats
-    ])
-    _, ids = np.unique(keys, axis=0, return_inverse=True)
-    ids = ids.reshape(-1)
+    # key = (buffer, first byte, itemsize) as one integer in the same lexicographic order
+    # (the itemsize distinguishes float32 from float64); ids are the keys' ranks
+    span = max(b.nbytes for b in program.buffers) + 1
+    keys = np.concatenate([(buf_id[lo.view.buffer] * span + lo.starts) * 2
+                           + (lo.dtype.itemsize == 8) for lo in floats])
+    uniq = unique_ints(keys)
+    ids = np.searchsorted(uniq, keys)
     out, at = {}, 0
     for lo in floats:
         out[lo.view.name] = ids[at:at + lo.size]

@@ -95,7 +95,7 @@ def forward_jacobian_verdict(ex: Execution, fj: ForwardJacobian) -> Verdict:
     if not fj.supported:
         return Verdict(Outcome.DIVERGE, None,
                        f"the interpreter admits the derivative but {fj.reason}")
-    return compare_gradients(ex.gradient, fj.gradient, ex.program)
+    return compare_gradients(ex.gradient, fj.gradient, ex.program, both_references=True)
 
 
 def complex_step_verdict(ex: Execution) -> Verdict:
@@ -111,7 +111,7 @@ def complex_step_verdict(ex: Execution) -> Verdict:
                        "bytes): not run")
     if not cs.supported:
         return Verdict(Outcome.UNSUPPORTED, None, f"{cs.reason} (nothing compared)")
-    return compare_gradients(ex.gradient, cs.gradient, ex.program)
+    return compare_gradients(ex.gradient, cs.gradient, ex.program, both_references=True)
 
 
 def bytes_verdict(ex: Execution) -> Verdict:

@@ -22,8 +22,15 @@ class Verdict:
     detail: str = ""
 
 
-def compare_gradients(g: np.ndarray, g_ref: np.ndarray, program: Program) -> Verdict:
-    """``match`` iff |g - g_ref| <= 64 eps n_ops max(1, max|g_ref|) everywhere (SPEC §5)."""
+def compare_gradients(g: np.ndarray, g_ref: np.ndarray, program: Program, *,
+                      both_references: bool = False) -> Verdict:
+    """``match`` iff |g - g_ref| <= 64 eps n_ops max(1, max|g_ref|) everywhere (SPEC §5).
+
+    Identical non-finite entries compare equal. Where they differ and the reference is
+    not finite (either side when ``both_references``: two references compared with each
+    other), nothing can be judged there: ``unsupported`` ("non-finite reference at
+    coordinate k"). ``diverge`` is kept for a gradient that differs from a finite reference.
+    """
     g = np.asarray(g, np.float64)
     g_ref = np.asarray(g_ref, np.float64)
     if g.shape != g_ref.shape:
@@ -34,7 +41,14 @@ def compare_gradients(g: np.ndarray, g_ref: np.ndarray, program: Program) -> Ver
     bad = ~(np.isfinite(g) & np.isfinite(g_ref))
     if bad.any():
         if not np.array_equal(g[bad], g_ref[bad], equal_nan=True):
-            j = int(np.flatnonzero(bad & ~((g == g_ref) | (np.isnan(g) & np.isnan(g_ref))))[0])
+            differ = bad & ~((g == g_ref) | (np.isnan(g) & np.isnan(g_ref)))
+            ref_bad = ~np.isfinite(g_ref) | (~np.isfinite(g) if both_references else False)
+            if (differ & ref_bad).any():
+                j = int(np.flatnonzero(differ & ref_bad)[0])
+                return Verdict(Outcome.UNSUPPORTED, None, f"non-finite reference at "
+                               f"coordinate {j}: {float(g[j])!r} vs reference "
+                               f"{float(g_ref[j])!r} (nothing compared)")
+            j = int(np.flatnonzero(differ)[0])
             return Verdict(Outcome.DIVERGE, None, f"non-finite gradient at coordinate {j}: "
                            f"{float(g[j])!r} vs reference {float(g_ref[j])!r}")
         g, g_ref = g[~bad], g_ref[~bad]  # identical non-finite entries: compare the rest

@@ -24,7 +24,7 @@ from replayverify.programs.interpreter import (
 from replayverify.programs.interpreter import stale_reads as _stale
 from replayverify.programs.model import OP_SPECS, OpKind
 from replayverify.verifier.bytes_check import diff_states, replay
-from replayverify.verifier.compare import Verdict
+from replayverify.verifier.compare import Verdict, compare_gradients
 from replayverify.verifier.records import Outcome
 
 
@@ -59,7 +59,18 @@ def final_storage_control(ex: Execution, compare, *,
         # a constant partner operand, an unchanged index mod n): nothing to detect.
         return Verdict(Outcome.UNSUPPORTED, None, f"stale values ({where}) do not reach the "
                        "gradient: the final-storage sweep reproduces it bit for bit")
-    v = compare(g_bad, g_ref)
+    # Applicability, measured with SPEC §5's comparison itself: stale values that change
+    # the gradient by no more than the tolerance are indistinguishable from rounding, and
+    # a non-finite version-graph gradient gives nothing to compare with.
+    effect = compare_gradients(g_bad, g_ref, ex.program)
+    if effect.outcome is Outcome.MATCH:
+        return Verdict(Outcome.UNSUPPORTED, effect.max_abs_err,
+                       f"stale values ({where}) change the gradient by "
+                       f"{effect.max_abs_err:.3g}, within the {effect.detail}: below what "
+                       "any check can detect")
+    if effect.outcome is Outcome.UNSUPPORTED:
+        return Verdict(Outcome.UNSUPPORTED, None, f"{effect.detail}; stale: {where}")
+    v = compare(g_bad, g_ref)  # the check under test must now see the difference
     if v.outcome is Outcome.MATCH:
         return Verdict(Outcome.MISSED, v.max_abs_err,
                        f"final-storage gradient within tolerance ({v.detail}); stale: {where}")

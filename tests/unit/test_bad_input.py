@@ -328,3 +328,67 @@ def test_card_times_that_overflow_float64_sums(tmp_path) -> None:
 def test_load_json_defaults() -> None:
     assert load_json('{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
     assert load_json(b'\xef\xbb\xbf[1]') == [1]
+
+
+# ---------------------------------------------------------------- verdicts on extreme values
+
+
+def _checked(doc: dict) -> list:
+    from replayverify.verifier.check import check_program
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return check_program(load_program(doc))
+
+
+def test_non_finite_reference_is_unsupported_not_diverge(tmp_path) -> None:
+    records = _checked(json.loads(_overflowing_program(tmp_path).read_text()))
+    assert not [r for r in records if r.outcome in ("diverge", "error")], [
+        (r.check, r.engine, r.detail) for r in records if r.outcome in ("diverge", "error")]
+    assert any("non-finite reference at coordinate" in r.detail for r in records)
+    code, _, _ = _cli(["check", str(_overflowing_program(tmp_path))])
+    assert code == 0
+
+
+def test_tiny_dropout_keep_is_not_a_false_alarm() -> None:
+    doc = _doc()
+    doc["ops"] = [{"op": "dropout", "dst": "x", "x": "x", "keep": 1e-300},
+                  {"op": "mul", "dst": "x", "x": "x", "y": "x"}]
+    doc["segments"] = [2]
+    records = _checked(doc)
+    assert not [r for r in records if r.failing], [
+        (r.check, r.engine, r.detail) for r in records if r.failing]
+
+
+def test_an_engine_that_differs_from_a_finite_reference_still_diverges() -> None:
+    import numpy as np
+
+    from replayverify.programs.model import Program
+    from replayverify.verifier.compare import compare_gradients
+
+    program = load_program(_doc())
+    assert isinstance(program, Program)
+    ref = np.array([1.0, 2.0])
+    assert compare_gradients(np.array([1.0, np.nan]), ref, program).outcome == "diverge"
+    assert compare_gradients(np.array([1.0, 2.0]), np.array([1.0, np.inf]),
+                             program).outcome == "unsupported"
+    assert compare_gradients(np.array([1.0, np.inf]), np.array([1.0, np.inf]),
+                             program).outcome == "match"
+    assert compare_gradients(np.array([1.0, np.inf]), ref, program,
+                             both_references=True).outcome == "unsupported"
+
+
+def test_final_storage_below_tolerance_is_unsupported_with_the_effect() -> None:
+    doc = _doc()
+    doc["ops"] = [{"op": "tanh", "dst": "head", "x": "xs", "a": 1.0},
+                  {"op": "axpby", "dst": "xs", "x": "xs", "y": "xs", "a": 1.0, "b": 0.0,
+                   "c": 1e-15}]
+    doc["segments"] = [2]
+    doc["inputs"] = ["xs"]
+    doc["loss"] = {"view": "head", "weights": [1.0] * 7}
+    doc["views"] = [v for v in doc["views"] if v["name"] in ("xs", "head")]
+    doc["views"][0]["offset"], doc["views"][1]["offset"] = 64, 0
+    doc["init"] = [{"view": "xs", "values": [0.1 * j for j in range(7)]}]
+    [r] = [r for r in _checked(doc) if r.check == "control:final-storage"]
+    assert r.outcome == "unsupported" and "change the gradient by" in r.detail, r.detail
+    assert r.max_abs_err is not None and 0 < r.max_abs_err

@@ -82,7 +82,7 @@ def run_document(program: Program) -> dict:
                     for k, v in ex.state.buffers.items()},
         "rng": {"key": list(ex.rng.key), "counter": list(ex.rng.counter)},
         "loss": ex.loss,
-        "gradient": None if grad is None else [float(g) for g in grad],
+        "gradient": None if grad is None else np.asarray(grad, np.float64).tolist(),
         "admission": ex.admission.to_dict(),
     }
 

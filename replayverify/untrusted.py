@@ -121,7 +121,7 @@ def _walk(doc: Any) -> Iterator[tuple[Any, int]]:
                 yield k, depth
                 if isinstance(v, (dict, list, str)):
                     stack.append((v, depth + 1))
-        elif isinstance(value, list):
+        elif isinstance(value, list) and not set(map(type, value)) <= {int, float}:
             stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list, str)))
 
 
@@ -214,6 +214,8 @@ def encode(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: encode(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
+        if obj and set(map(type, obj)) <= {float, int} and all(map(math.isfinite, obj)):
+            return obj  # a list of finite numbers (a gradient): nothing to encode
         return [encode(v) for v in obj]
     if hasattr(obj, "dtype") and getattr(obj, "shape", None) == () and obj.dtype.kind == "f":
         return _finite(float(obj))

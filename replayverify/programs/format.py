@@ -262,15 +262,27 @@ def _init(value: Any, views: dict[str, View]) -> tuple[Init, ...]:
     return tuple(out)
 
 
+def _floats(vals: list, field: str) -> tuple[float, ...]:
+    """Every entry a finite float (ints accepted). Lists of floats only, all finite, take a
+    vectorised path; anything else is checked one by one, naming the first bad entry."""
+    if set(map(type, vals)) <= {float}:
+        arr = np.array(vals, dtype=np.float64)
+        if np.isfinite(arr).all():
+            return tuple(vals)
+    return tuple(_float(x, f"{field}[{j}]") for j, x in enumerate(vals))
+
+
 def _values(vals: list, dtype: str, field: str) -> tuple:
     if dtype in INT_DTYPES:
         lo, hi = INT_RANGES[dtype]
+        if vals and set(map(type, vals)) <= {int} and lo <= min(vals) and max(vals) <= hi:
+            return tuple(vals)
         return tuple(_int(x, f"{field}[{j}]", lo, hi) for j, x in enumerate(vals))
-    out = tuple(_float(x, f"{field}[{j}]") for j, x in enumerate(vals))
+    out = _floats(vals, field)
     if dtype == "float32":
-        big = [j for j, x in enumerate(out) if abs(x) > FLOAT32_MAX]
-        if big:
-            raise ProgramError(f"{field}[{big[0]}]", "does not fit float32")
+        big = np.flatnonzero(np.abs(np.array(out, dtype=np.float64)) > FLOAT32_MAX)
+        if big.size:
+            raise ProgramError(f"{field}[{int(big[0])}]", "does not fit float32")
     return out
 
 
@@ -408,7 +420,7 @@ def _loss(value: Any, views: dict[str, View]) -> Loss:
         raise ProgramError(
             "loss.weights", f"has {len(weights)} weights, view {shown(view.name)} has {view.size}"
         )
-    return Loss(view.name, tuple(_float(w, f"loss.weights[{j}]") for j, w in enumerate(weights)))
+    return Loss(view.name, _floats(weights, "loss.weights"))
 
 
 # ---------------------------------------------------------------- loading and saving

@@ -331,7 +331,9 @@ class _Nodes:
 
     def __init__(self, capacity: int = 64) -> None:
         capacity = max(capacity, 1)
-        self.op = np.empty(capacity, np.int64)
+        # version ids and op indices in int32 unless the program could create 2^31 nodes
+        self.id_dtype = np.int32 if capacity < 2**31 - 2 else np.int64
+        self.op = np.empty(capacity, np.int32)
         self.dtype = np.empty(capacity, np.int8)
         self.start = np.empty(capacity, np.int64)
         self.n = 0
@@ -345,7 +347,7 @@ class _Nodes:
                 new = np.empty(size, old.dtype)
                 new[: self.n] = old[: self.n]
                 setattr(self, name, new)
-        ids = np.arange(self.n, self.n + m, dtype=np.int64)
+        ids = np.arange(self.n, self.n + m, dtype=self.id_dtype)
         self.op[self.n: self.n + m] = op
         self.dtype[self.n: self.n + m] = dtype_code
         self.start[self.n: self.n + m] = starts
@@ -450,11 +452,11 @@ def _resolve(nodes: _Nodes, writers: _Writers, layout: ViewLayout, k: int,
     )
     ok = uniform & (~written | same_write)
     if ok.all():
-        return first, ""
+        return first.astype(nodes.id_dtype), ""
     j = int(np.flatnonzero(~ok)[0])
     row = ids[j]
     reason = _refusal(nodes, row, layout, j, k, what)
-    return np.where(ok, first, BAD), reason
+    return np.where(ok, first, BAD).astype(nodes.id_dtype), reason
 
 
 def _refusal(nodes: _Nodes, row: np.ndarray, layout: ViewLayout, j: int, k: int,
@@ -561,7 +563,10 @@ def execute(program: Program, *, record_boundaries: bool = True,
 
 def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
     mask = vids >= 0
-    np.add.at(adj, vids[mask], contrib[mask])
+    if mask.all():  # no constants read: no masked copies
+        np.add.at(adj, vids, contrib)
+    else:
+        np.add.at(adj, vids[mask], contrib[mask])
 
 
 @quiet

@@ -14,6 +14,7 @@ from typing import NoReturn
 import click
 import numpy as np
 
+from replayverify.evaluate.cli import evaluate_command
 from replayverify.gpu.cli import gpu_group
 from replayverify.planner.cli import plan_command
 from replayverify.programs.format import load_program, program_sha256
@@ -489,6 +490,7 @@ def _print_cohort(summary: dict, out) -> None:
 
 main.add_command(gpu_group)
 main.add_command(plan_command)
+main.add_command(evaluate_command)
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,10 @@ its pre-write values. Methods:
   (``replayverify.gpu.journal``, the RawModule kernels on CuPy); backward undoes the journals
   in reverse order (reading each pre-state), then redoes them in order.
 
+These are the uniform policies of :func:`replayverify.gpu.segments.run_policy` (whole with
+``share_anchors``): the same per-segment mechanics that ``replayverify evaluate`` executes
+for planned, mixed policies.
+
 Before timing, one step of each method runs from the same initial state and the three must
 agree bit for bit (final state and every backward sum); the cell records ``consistent``.
 
@@ -57,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from replayverify.gpu import journal as jr
+from replayverify.gpu import segments as sg
 from replayverify.gpu.backend import get_xp, is_cupy_module
 from replayverify.gpu.report import METHODS, MIB, markdown, plot, profile_card, size_text, targets
 from replayverify.untrusted import dumps
@@ -229,7 +234,8 @@ class _CupyDevice:
         self.cp.get_default_memory_pool().free_all_blocks()
 
 
-def _device(backend: str) -> _NumpyDevice | _CupyDevice:
+def device(backend: str) -> _NumpyDevice | _CupyDevice:
+    """The device of ``backend`` ("numpy" or "cupy"): clock, allocation tracking, copy."""
     xp = get_xp(backend)  # raises GpuUnavailable with the reason
     return _CupyDevice(xp) if is_cupy_module(xp) else _NumpyDevice()
 
@@ -318,6 +324,10 @@ def _use(xp: ModuleType, rows: Any, ws: WriteSet) -> Any:
 
 @dataclass(slots=True)
 class _Cell:
+    """One calibration cell as a :class:`~replayverify.gpu.segments.SegmentedStep`: segment k
+    reads the rows it is about to write (its backward use is their float64 sum) and writes
+    them. Kept for backward by eager: the full pre-state; by replay: the sum itself."""
+
     xp: ModuleType
     workload: str
     nbytes: int
@@ -325,87 +335,68 @@ class _Cell:
     versions: int
     sets: list[WriteSet]
     state: Any = None
+    dtype: Any = np.float32
+
+    @property
+    def segments(self) -> int:
+        return self.versions
 
     def rows(self, buf: Any) -> Any:
-        return buf.reshape(-1, ROW_BYTES[self.workload] // 4)
+        return buf.reshape(-1, ROW_BYTES[self.workload] // np.dtype(self.dtype).itemsize)
 
     def init_state(self) -> None:
         xp = self.xp
-        n = self.nbytes // 4
+        dtype = np.dtype(self.dtype)
+        n = self.nbytes // dtype.itemsize
         if self.state is None:
-            self.state = xp.empty(n, dtype=xp.float32)
+            self.state = xp.empty(n, dtype=dtype)
         chunk = 16 * MIB
         for a in range(0, n, chunk):  # chunked so that initialising never doubles the footprint
             b = min(n, a + chunk)
             idx = xp.arange(a, b, dtype=xp.int64)
-            self.state[a:b] = (idx % 9973).astype(xp.float32) * np.float32(1e-4)
+            self.state[a:b] = (idx % 9973).astype(dtype) * dtype.type(1e-4)
+
+    def reset(self) -> None:
+        """The initial state (as for every method's first step)."""
+        self.init_state()
+
+    # the SegmentedStep protocol
+    def layout(self, k: int) -> jr.JournalLayout:
+        return self.sets[k].layout
+
+    def begin(self) -> Any:
+        return None
+
+    def forward(self, k: int, carry: Any, *, keep: bool, write: bool) -> tuple[Any, Any]:
+        rows, ws = self.rows(self.state), self.sets[k]
+        saved = ("copy", self.state.copy()) if keep else ("sum", _use(self.xp, rows, ws))
+        if write:
+            _apply(self.workload, self.xp, rows, ws, k)
+        return saved, None
+
+    def seed(self, carry: Any) -> Any:
+        return [None] * self.versions
+
+    def backward(self, k: int, saved: Any, grad: Any) -> Any:
+        kind, value = saved
+        grad[k] = _use(self.xp, self.rows(value), self.sets[k]) if kind == "copy" else value
+        return grad
 
 
-# --- one step of each method ------------------------------------------------------------------
+# --- one step of each method: the uniform policies of replayverify.gpu.segments ----------------
 
-Phase = Callable[[str], None]
-
-
-def _step_eager(dev: Any, cell: _Cell, phase: Phase) -> list[Any]:
-    xp, rows = cell.xp, cell.rows(cell.state)
-    saved = []
-    for k, ws in enumerate(cell.sets):
-        phase("preserve")
-        saved.append(cell.state.copy())
-        phase("compute")
-        _apply(cell.workload, xp, rows, ws, k)
-    out = [None] * cell.versions
-    for k in reversed(range(cell.versions)):
-        out[k] = _use(xp, cell.rows(saved[k]), cell.sets[k])
-    del saved
-    return out
+Phase = sg.Phase
 
 
-def _step_whole(dev: Any, cell: _Cell, phase: Phase) -> list[Any]:
-    xp, rows = cell.xp, cell.rows(cell.state)
-    phase("preserve")
-    anchor = cell.state.copy()
-    phase("compute")
-    for k, ws in enumerate(cell.sets):
-        _apply(cell.workload, xp, rows, ws, k)
-    phase("recover")
-    dev.copy(cell.state, anchor)
-    phase("compute")
-    out = []
-    for k, ws in enumerate(cell.sets):
-        out.append(_use(xp, rows, ws))
-        _apply(cell.workload, xp, rows, ws, k)
-    del anchor
-    return out
+def _step(method: str, dev: Any, cell: _Cell, phase: Phase) -> list[Any]:
+    """One step of ``cell`` with every segment preserved by ``method``; a whole method keeps
+    one anchor for the whole run of segments (replayed once, in order, in backward)."""
+    policy = (method,) * cell.versions
+    return sg.run_policy(cell, policy, copy=dev.copy, phase=phase, share_anchors=True)
 
 
-def _step_region(dev: Any, cell: _Cell, phase: Phase) -> list[Any]:
-    xp, rows = cell.xp, cell.rows(cell.state)
-    journals = []
-    for k, ws in enumerate(cell.sets):
-        phase("preserve")
-        journals.append(jr.save(xp, cell.state, ws.layout))
-        phase("compute")
-        _apply(cell.workload, xp, rows, ws, k)
-    out = [None] * cell.versions
-    for k in reversed(range(cell.versions)):
-        phase("recover")
-        jr.undo(xp, cell.state, journals[k])
-        phase("compute")
-        out[k] = _use(xp, rows, cell.sets[k])
-    phase("recover")
-    for j in journals:
-        jr.redo(xp, cell.state, j)
-    phase("compute")
-    del journals
-    return out
-
-
-STEPS = {"eager": _step_eager, "whole": _step_whole, "region": _step_region}
-
-
-def _no_phase(_: str) -> None:
-    pass
+STEPS = {m: partial(_step, m) for m in METHODS}
+_no_phase = sg.no_phase
 
 
 def _timed_step(dev: Any, cell: _Cell, method: str) -> tuple[float, int]:
@@ -434,8 +425,8 @@ def _phased_step(dev: Any, cell: _Cell, method: str) -> dict[str, float]:
     STEPS[method](dev, cell, phase)
     phase("end")
     totals = dict.fromkeys(("preserve", "recover", "compute"), 0.0)
-    for (name, a), (_, b) in itertools.pairwise(marks):
-        totals[name] += dev.elapsed(a, b)
+    for (name, a), (_, b) in itertools.pairwise(marks):  # segment marks count as compute
+        totals[name if name in totals else "compute"] += dev.elapsed(a, b)
     return totals
 
 
@@ -631,7 +622,7 @@ def calibrate(
     grid_name = "custom" if grid is not None else ("quick" if quick else "full")
     grid = grid or (QUICK if quick else FULL)
     say = log or (lambda _msg: None)
-    dev = _device(backend)
+    dev = device(backend)
     out = Path(out_dir)
     (out / "profiles").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -680,4 +671,4 @@ def calibrate(
     return doc
 
 
-__all__ = ["FULL", "QUICK", "Grid", "calibrate", "write_sets"]
+__all__ = ["FULL", "QUICK", "Grid", "calibrate", "device", "write_sets"]

@@ -18,9 +18,9 @@ def gpu_group() -> None:
 def info() -> None:
     """Print whether the GPU backend can run here, and why not."""
     if backend.available():
-        from replayverify.gpu.calibrate import _device
+        from replayverify.gpu.calibrate import device
 
-        dev = _device("cupy").describe()
+        dev = device("cupy").describe()
         click.echo(f"GPU backend available: {dev['name']} (CuPy {dev['cupy']})")
     else:
         click.echo(f"GPU backend unavailable: {backend.unavailable_reason()}")

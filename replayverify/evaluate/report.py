@@ -1,0 +1,282 @@
+"""The evaluation's report (tables shaped like the paper's Tables 4, 6, 7 and 8) and its
+resource map (the paper's Figure 3). Reads the evaluate.json document only."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from replayverify.evaluate.run import LABELS, METHODS
+from replayverify.evaluate.workloads import ACTIVATION
+
+MiB = 1 << 20
+
+
+def _mib(x: float | None) -> str:
+    return "—" if x is None else f"{x / MiB:.2f}"
+
+
+def _ms(x: float | None) -> str:
+    return "—" if x is None else f"{1e3 * x:.2f}"
+
+
+def _budget(doc: dict[str, Any], b: int) -> str:
+    return f"{b / MiB:.0f} MiB (= {b * doc['scale'] / (1 << 30):.0f} GiB / {doc['scale']})"
+
+
+def _summary(doc: dict[str, Any]) -> dict[tuple[str, int, str], dict[str, Any]]:
+    return {(s["cell"], s["budget"], s["method"]): s for s in doc["summary"]}
+
+
+def _ratio(c: dict[str, Any], q: str) -> str:
+    v = c.get(q)
+    if v is None:
+        return "—"
+    return f"{v['estimate']:.4f} [{v['low']:.4f}, {v['high']:.4f}]"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """report.md: what ran, the paper-shaped tables, predictions against measurements."""
+    S = _summary(doc)
+    cells = doc["cells"]
+    K = doc["processes"]
+    dev = doc["device"]
+    lines = [
+        "# Executed plans: measured against predicted",
+        "",
+        f"Backend {doc['backend']} ({dev.get('name', '?')}); every byte size and budget divided "
+        f"by {doc['scale']} (`--scale {doc['scale']}`); {K} fresh processes, each running every "
+        f"method with {doc['warmups']} warmups and {doc['steps']} measured steps, methods paired "
+        f"within a process (their order rotates from process to process). Cards: one "
+        f"calibration process, {doc['calibration_steps']} instrumented steps per option. "
+        f"Load average (1, 5, 15 min) at start {doc['load_average']['start']}, at end "
+        f"{doc['load_average']['end']}; {doc['seconds']:.0f} s in all.",
+        "",
+        "Peaks are allocated bytes (NumPy: tracemalloc; CuPy: a memory hook on the pool): the "
+        "bytes allocated when the step starts (the persistent state, inputs and parameters) "
+        "plus the step's peak above that, largest over processes; times are the mean over "
+        "processes of each process's mean step time. 'Infeasible' is the planner's exact "
+        "outcome on the card (nothing executed), never an observed failure.",
+        "",
+        f"Source sha256 `{doc['source_sha256'][:16]}…`; cards: "
+        + ", ".join(f"{n} `{c['sha256'][:12]}…`" for n, c in doc["cards"].items())
+        + ".",
+        "",
+    ]
+    act = [c for c in cells if c["workload"] == ACTIVATION]
+    if act:
+        b0 = act[0]["budgets"][0]
+        lines += [
+            f"## Activation-pressure cells (shape of Table 4): peak MiB / step ms, "
+            f"budget {_budget(doc, b0)}",
+            "",
+            "| activation / writes | " + " | ".join(LABELS[m] for m in METHODS) + " |",
+            "|---|" + "---|" * len(METHODS),
+        ]
+        for c in act:
+            row = []
+            for m in METHODS:
+                s = S[(c["name"], c["budgets"][0], m)]
+                row.append(
+                    "Infeasible"
+                    if s["infeasible"]
+                    else f"{_mib(s.get('peak'))} / {_ms(s.get('time_s'))}"
+                )
+            lines.append(f"| {c['name'].replace('-', ' / ')} | " + " | ".join(row) + " |")
+        lines.append("")
+        for c in act:
+            if len(c["budgets"]) < 2:
+                continue
+            for b in reversed(c["budgets"]):
+                lines += [
+                    f"## {c['name']} at {_budget(doc, b)} (shape of Tables 6 and 7)",
+                    "",
+                    "| method | step ms | peak MiB | fits / processes | predicted ms | "
+                    "predicted MiB | policy (eager/whole/region) |",
+                    "|---|---|---|---|---|---|---|",
+                ]
+                for m in METHODS:
+                    s = S[(c["name"], b, m)]
+                    counts = s["policy_counts"]
+                    pol = (
+                        "—"
+                        if counts is None
+                        else "/".join(str(counts[o]) for o in ("eager", "whole", "region"))
+                    )
+                    if s["infeasible"]:
+                        lines.append(
+                            f"| {LABELS[m]} | infeasible (least peak "
+                            f"{_mib(s.get('min_peak'))} MiB) | — | — | — | — | — |"
+                        )
+                        continue
+                    lines.append(
+                        f"| {LABELS[m]} | {_ms(s.get('time_s'))} | {_mib(s.get('peak'))} | "
+                        f"{s.get('fits', 0)} / {s.get('processes', 0)} | "
+                        f"{_ms(s['predicted_time_s'])} | {_mib(s['predicted_peak'])} | {pol} |"
+                    )
+                lines.append("")
+    cals = [c for c in cells if c["workload"] != ACTIVATION]
+    comps = doc["comparisons"]
+    if cals:
+        lines += [
+            "## Regions / whole in the calibration workloads (shape of Table 8)",
+            "",
+            "Geometric mean of per-process ratios, paired process-bootstrap 95% interval "
+            "(lower is better). Peak: the step's peak above its starting allocation, as in "
+            "the calibration (the state buffer itself is not counted).",
+            "",
+            "| workload | step time | peak allocated memory |",
+            "|---|---|---|",
+        ]
+        for c in comps:
+            if (c["a"], c["b"]) == ("regions", "whole"):
+                lines.append(f"| {c['cell']} | {_ratio(c, 'time')} | {_ratio(c, 'peak')} |")
+        lines.append("")
+    lines += [
+        "## Paired comparisons",
+        "",
+        "Activation cells: peak = allocated in all (persistent state, inputs, parameters "
+        "included); calibration workloads: peak above the step's start.",
+        "",
+        "| cell | budget | A / B | time ratio [95%] | peak ratio [95%] |",
+        "|---|---|---|---|---|",
+    ]
+    for c in comps:
+        what = f"{LABELS[c['a']]} / {LABELS[c['b']]}"
+        if "infeasible" in c:
+            lines.append(
+                f"| {c['cell']} | {c['budget'] / MiB:.0f} MiB | {what} | "
+                f"infeasible: {', '.join(c['infeasible'])} | — |"
+            )
+        else:
+            lines.append(
+                f"| {c['cell']} | {c['budget'] / MiB:.0f} MiB | {what} | "
+                f"{_ratio(c, 'time')} | {_ratio(c, 'peak')} |"
+            )
+    lines += [
+        "",
+        "## Predicted (card) against measured, every executed method",
+        "",
+        "Peak: the card's persistent bytes plus retained plus largest temporary, against the "
+        "measured starting allocation plus the step's peak above it; the ratio compares the "
+        "parts above the step's start (the starting allocation drifts by a few KiB of Python "
+        "objects between processes). Time: the sum of the card's per-segment times against "
+        "the measured mean.",
+        "",
+        "| cell | budget MiB | method | predicted MiB | measured MiB | above start: measured / "
+        "predicted | predicted ms | measured ms | measured / predicted | semantic checks |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in doc["summary"]:
+        if s["infeasible"]:
+            continue
+        pr, mp = s["predicted_peak"], s.get("peak")
+        pa, ma = s.get("predicted_above_start"), s.get("peak_above_start")
+        pt, mt = s["predicted_time_s"], s.get("time_s")
+        rp = "—" if ma is None or not pa else f"{ma / pa:.3f}"
+        rt = "—" if mt is None or not pt else f"{mt / pt:.3f}"
+        sem = f"{s['semantic_pass']} pass" + (
+            f", {s['semantic_fail']} FAIL" if s["semantic_fail"] else ""
+        )
+        lines.append(
+            f"| {s['cell']} | {s['budget'] / MiB:.0f} | {LABELS[s['method']]} | "
+            f"{_mib(pr)} | {_mib(mp)} | {rp} | {_ms(pt)} | {_ms(mt)} | {rt} | {sem} |"
+        )
+    fails = [s for s in doc["summary"] if not s["infeasible"] and s["semantic_fail"]]
+    lines += ["", "## Semantic checks", ""]
+    if fails:
+        for s in fails:
+            lines.append(
+                f"- FAILED: {s['cell']} {LABELS[s['method']]}: {'; '.join(s['semantic_detail'])}"
+            )
+    else:
+        lines.append(
+            "Every executed method, in every process, computed the same final state, "
+            "gradients and result as eager, bit for bit, in float64 and in float32, "
+            "before it was timed."
+        )
+    lines += ["", doc.get("plot", ""), ""]
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], path: Path) -> str:
+    """resource-map.png (the paper's Figure 3): per cell, every executed method as a point
+    (peak against step time), budget lines, the joint planner highlighted. Needs matplotlib
+    (the ``plot`` extra); without it nothing is written and the returned line says so."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return (
+            "resource map: PNG skipped, matplotlib is not installed "
+            "(pip install 'replayverify[plot]')"
+        )
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    S = _summary(doc)
+    cells = doc["cells"]
+    cols = min(4, len(cells))
+    rows = -(-len(cells) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    colours = {
+        "eager": "tab:blue",
+        "whole": "tab:gray",
+        "regions": "tab:green",
+        "state-agnostic": "tab:purple",
+        "eager/whole": "tab:red",
+        "joint": "tab:orange",
+    }
+    for ax, c in zip(axes.flat, cells):
+        drawn = set()
+        for b in c["budgets"]:
+            ax.axvline(b / MiB, color="black", linestyle="--", linewidth=0.8)
+            ax.annotate(
+                f"budget {b / MiB:.0f}",
+                (b / MiB, 1.0),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                rotation=90,
+                va="top",
+                ha="right",
+            )
+            for m in METHODS:
+                s = S[(c["name"], b, m)]
+                if s["infeasible"] or s.get("peak") is None:
+                    continue
+                point = (s["peak"] / MiB, 1e3 * s["time_s"])
+                if (m, point) in drawn:
+                    continue
+                drawn.add((m, point))
+                joint = m == "joint"
+                ax.scatter(
+                    *point,
+                    s=90 if joint else 36,
+                    color=colours[m],
+                    zorder=3 if joint else 2,
+                    edgecolors="black" if joint else "none",
+                    label=LABELS[m] if c is cells[0] or joint else None,
+                )
+                tag = (
+                    m
+                    if len(c["budgets"]) == 1 or m in ("eager", "whole", "regions")
+                    else f"{m} @{b / MiB:.0f}"
+                )
+                ax.annotate(tag, point, fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.set_title(c["name"], fontsize=9)
+        ax.set_xlabel("peak allocated MiB", fontsize=8)
+        ax.set_ylabel("step ms", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(cells) :]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+    fig.suptitle(
+        f"Resource map: measured peak and step time, scale 1/{doc['scale']} "
+        f"({doc['backend']}), joint planner highlighted",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"resource map: {path.name}"

@@ -1,0 +1,345 @@
+"""The evaluation study: calibrate -> card -> plan -> execute in fresh processes -> report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replayverify.evaluate.stats import paired_ratio
+from replayverify.evaluate.workloads import ACTIVATION, Cell, paper_cells
+from replayverify.planner import parse_card, plan, policy_cost
+
+METHODS = ("eager", "whole", "regions", "state-agnostic", "eager/whole", "joint")
+LABELS = {
+    "eager": "Eager",
+    "whole": "Whole snapshots",
+    "regions": "Fixed regions",
+    "state-agnostic": "State-agnostic planner",
+    "eager/whole": "State-aware eager/whole",
+    "joint": "Joint planner",
+}
+DEFAULT_SCALE = 512
+SOURCES = ("evaluate", "gpu/segments.py", "gpu/journal.py", "gpu/calibrate.py", "planner")
+
+
+class EvaluateError(Exception):
+    """A measuring process failed; the message says which and why."""
+
+
+def source_sha256() -> str:
+    """sha256 over the source files that define the study (sorted paths and contents)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for rel in SOURCES:
+        path = root / rel
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for f in files:
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _spawn(request: dict[str, Any]) -> dict[str, Any]:
+    """Run one request in a fresh Python process (``python -m replayverify.evaluate.measure``)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "replayverify.evaluate.measure"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EvaluateError(f"a {request['mode']} process failed: {tail}")
+    return json.loads(proc.stdout)
+
+
+def _uniform(cell: Cell, option: str) -> tuple[str, ...]:
+    return (option,) * cell.segments
+
+
+def plan_methods(cell: Cell, card_doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every (budget, method) of a cell: the policy to execute (or why none), and what the
+    card predicts for it. Uniform methods are the same at every budget."""
+    card = parse_card(card_doc)
+    out = []
+    for budget in cell.budgets:
+        for method in METHODS:
+            entry: dict[str, Any] = {"cell": cell.name, "budget": budget, "method": method}
+            share = False
+            if method in ("eager", "whole", "regions"):
+                option = {"eager": "eager", "whole": "whole", "regions": "region"}[method]
+                policy: tuple[str, ...] | None = _uniform(cell, option)
+                share = method == "whole" and cell.workload != ACTIVATION
+                entry["planner"] = None
+            else:
+                if method == "state-agnostic":
+                    result = plan(card, budget, state_agnostic=True)
+                    runnable = bool(
+                        result.state_agnostic and result.state_agnostic.planned_feasible
+                    )
+                elif method == "eager/whole":
+                    result = plan(card, budget, options=("eager", "whole"))
+                    runnable = result.feasible
+                else:
+                    result = plan(card, budget)
+                    runnable = result.feasible
+                entry["planner"] = result.to_json()
+                policy = result.policy if runnable else None
+            entry["policy"] = None if policy is None else list(policy)
+            entry["share_anchors"] = share
+            if policy is None:
+                entry["infeasible"] = True
+                entry["predicted_time_s"] = entry["predicted_peak"] = None
+                entry["predicted_above_start"] = None
+            else:
+                t, p = policy_cost(card, policy)
+                entry.update(
+                    infeasible=False,
+                    predicted_time_s=t,
+                    predicted_peak=p,
+                    predicted_above_start=p - card.persistent_bytes,
+                    key=("S:" if share else "") + ",".join(policy),
+                )
+            out.append(entry)
+    return out
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def evaluate(
+    out_dir: str | Path,
+    *,
+    scale: int = DEFAULT_SCALE,
+    processes: int = 10,
+    backend: str = "numpy",
+    warmups: int = 2,
+    steps: int = 5,
+    calibration_steps: int = 3,
+    cells: Sequence[str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the study and write DIR/evaluate.json, DIR/report.md, DIR/resource-map.png and the
+    cards (DIR/cards/<cell>.json). Returns the evaluate.json document."""
+    from replayverify.evaluate.report import markdown, plot
+
+    say = log or (lambda _m: None)
+    if scale < 1 or processes < 1 or warmups < 0 or steps < 1 or calibration_steps < 1:
+        raise ValueError("scale, processes, steps and calibration steps must be >= 1, warmups >= 0")
+    known = {c.name: c for c in paper_cells()}
+    names = list(known) if not cells else list(cells)
+    bad = [c for c in names if c not in known]
+    if bad:
+        raise ValueError(f"unknown cells {bad}; cells are {', '.join(known)}")
+    chosen = [known[c].at(scale) for c in names]
+    from replayverify.gpu.backend import get_xp
+
+    get_xp(backend)  # GpuUnavailable, with the reason, before any process starts
+    out = Path(out_dir)
+    (out / "cards").mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    load_start = _loadavg()
+    say(f"evaluate: {backend}, scale 1/{scale}, {processes} processes, cells {', '.join(names)}")
+
+    # calibrate -> card (one fresh process)
+    cal_doc = _spawn(
+        {
+            "mode": "calibrate",
+            "backend": backend,
+            "steps": calibration_steps,
+            "cells": [{"cell": asdict(c), "share_card": False} for c in chosen],
+        }
+    )
+    device = cal_doc["device"]
+    cards: dict[str, dict[str, Any]] = {}
+    plans: list[dict[str, Any]] = []
+    for cell in chosen:
+        card = cal_doc["cells"][cell.name]
+        text = json.dumps(card, indent=1) + "\n"
+        (out / "cards" / f"{cell.name}.json").write_text(text, encoding="utf-8")
+        cards[cell.name] = {
+            "path": f"cards/{cell.name}.json",
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        }
+        plans.extend(plan_methods(cell, card))
+    say(f"calibrated {len(chosen)} cells in {time.perf_counter() - t0:.1f} s")
+
+    # execute: every distinct policy of a cell, eager's first, in each fresh process
+    runs_of: dict[str, list[dict[str, Any]]] = {}
+    for cell in chosen:
+        seen: dict[str, dict[str, Any]] = {}
+        for e in plans:
+            if e["cell"] == cell.name and not e["infeasible"] and e["key"] not in seen:
+                seen[e["key"]] = {
+                    "key": e["key"],
+                    "policy": e["policy"],
+                    "share": e["share_anchors"],
+                }
+        eager_key = ",".join(_uniform(cell, "eager"))
+        runs_of[cell.name] = [seen[eager_key]] + [r for k, r in seen.items() if k != eager_key]
+    rows: list[dict[str, Any]] = []
+    for p in range(processes):
+        tp = time.perf_counter()
+        doc = _spawn(
+            {
+                "mode": "measure",
+                "backend": backend,
+                "process": p,
+                "warmups": warmups,
+                "steps": steps,
+                "cells": [{"cell": asdict(c), "runs": runs_of[c.name]} for c in chosen],
+            }
+        )
+        for cell_name, by_key in doc["cells"].items():
+            for key, row in by_key.items():
+                rows.append({"process": p, "cell": cell_name, "key": key, **row})
+        say(f"process {p + 1}/{processes}: {time.perf_counter() - tp:.1f} s")
+
+    result = {
+        "format": "replayverify.evaluate",
+        "version": 1,
+        "backend": backend,
+        "device": device,
+        "scale": scale,
+        "processes": processes,
+        "warmups": warmups,
+        "steps": steps,
+        "calibration_steps": calibration_steps,
+        "cells": [asdict(c) for c in chosen],
+        "cards": cards,
+        "source_sha256": source_sha256(),
+        "plans": plans,
+        "rows": rows,
+        "load_average": {"start": load_start, "end": _loadavg()},
+    }
+    result["summary"] = summarise(result)
+    result["comparisons"] = compare(result)
+    result["seconds"] = time.perf_counter() - t0
+    note = plot(result, out / "resource-map.png")
+    result["plot"] = note
+    (out / "evaluate.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(markdown(result), encoding="utf-8")
+    say(note)
+    return result
+
+
+def _rows(doc: dict[str, Any], cell: str, key: str) -> list[dict[str, Any]]:
+    return sorted(
+        (r for r in doc["rows"] if r["cell"] == cell and r["key"] == key),
+        key=lambda r: r["process"],
+    )
+
+
+def summarise(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (cell, budget, method): measured means against predictions, fits counts."""
+    out = []
+    for e in doc["plans"]:
+        s = {
+            k: e[k]
+            for k in (
+                "cell",
+                "budget",
+                "method",
+                "infeasible",
+                "predicted_time_s",
+                "predicted_peak",
+            )
+        }
+        s["policy_counts"] = (
+            None
+            if e["policy"] is None
+            else {o: e["policy"].count(o) for o in ("eager", "whole", "region")}
+        )
+        if e["planner"] is not None:
+            s["min_peak"] = e["planner"]["min_peak"]
+            s["planner_method"] = e["planner"]["method"]
+        if not e["infeasible"]:
+            rows = _rows(doc, e["cell"], e["key"])
+            ok = [r for r in rows if r["semantic"]]
+            s["semantic_pass"] = len(ok)
+            s["semantic_fail"] = len(rows) - len(ok)
+            s["semantic_detail"] = sorted({r["detail"] for r in rows if not r["semantic"]})
+            if ok:
+                peaks = [r["start_bytes"] + r["peak_above_start"] for r in ok]
+                s["time_s"] = float(np.mean([r["time_s"] for r in ok]))
+                s["peak"] = int(max(peaks))
+                s["peak_min"] = int(min(peaks))
+                s["peak_above_start"] = int(max(r["peak_above_start"] for r in ok))
+                s["predicted_above_start"] = e["predicted_above_start"]
+                s["fits"] = sum(p <= e["budget"] for p in peaks)
+                s["processes"] = len(ok)
+        out.append(s)
+    return out
+
+
+COMPARISONS = (
+    # (cells it applies to, budget index, A, B, quantities)
+    ("activation", -1, "joint", "eager/whole", ("time", "peak")),
+    ("activation", 0, "joint", "regions", ("time", "peak")),
+    ("activation", 0, "joint", "state-agnostic", ("time", "peak")),
+    ("calibration", 0, "regions", "whole", ("time", "peak")),
+)
+
+
+def compare(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Paired ratios A/B (geometric mean of per-process ratios, bootstrap interval)."""
+    out = []
+    by = {(e["cell"], e["budget"], e["method"]): e for e in doc["plans"]}
+    for cdoc in doc["cells"]:
+        kind = "activation" if cdoc["workload"] == ACTIVATION else "calibration"
+        for applies, bi, a, b, quantities in COMPARISONS:
+            if applies != kind or (bi == -1 and len(cdoc["budgets"]) < 2):
+                continue
+            budget = cdoc["budgets"][bi]
+            ea, eb = by[(cdoc["name"], budget, a)], by[(cdoc["name"], budget, b)]
+            entry: dict[str, Any] = {
+                "cell": cdoc["name"],
+                "budget": budget,
+                "a": a,
+                "b": b,
+                "peak_basis": "above start" if kind == "calibration" else "allocated",
+            }
+            if ea["infeasible"] or eb["infeasible"]:
+                entry["infeasible"] = [m for m, e in ((a, ea), (b, eb)) if e["infeasible"]]
+                out.append(entry)
+                continue
+            ra = {r["process"]: r for r in _rows(doc, cdoc["name"], ea["key"]) if r["semantic"]}
+            rb = {r["process"]: r for r in _rows(doc, cdoc["name"], eb["key"]) if r["semantic"]}
+            both = sorted(set(ra) & set(rb))
+            if not both:
+                entry["missing"] = "no process measured both"
+                out.append(entry)
+                continue
+            for q in quantities:
+                if q == "time":
+                    va = [ra[p]["time_s"] for p in both]
+                    vb = [rb[p]["time_s"] for p in both]
+                elif kind == "calibration":  # as the calibration (and Table 8): above start
+                    va = [ra[p]["peak_above_start"] for p in both]
+                    vb = [rb[p]["peak_above_start"] for p in both]
+                else:  # allocated in all, persistent state and parameters included
+                    va = [ra[p]["start_bytes"] + ra[p]["peak_above_start"] for p in both]
+                    vb = [rb[p]["start_bytes"] + rb[p]["peak_above_start"] for p in both]
+                r = paired_ratio(np.array(va), np.array(vb))
+                entry[q] = {
+                    "estimate": r.estimate,
+                    "low": r.low,
+                    "high": r.high,
+                    "processes": r.processes,
+                }
+            out.append(entry)
+    return out

@@ -12,9 +12,10 @@ so the figure does not depend on the machine's speed.
 With ``--dask ADDRESS`` it also runs the same suite through Dask, in the same process
 run: for ``local:N``, local processes and a LocalCluster with 1 and with N workers
 (scaling = wall time with 1 worker / with N, for both); for a scheduler address, that
-cluster next to the local run. It reports each run's wall time (cluster start-up apart),
-checks that every Dask run wrote the local run's records, and gives the pickled size of
-what goes over the wire per program (the task, and the records and statistics back).
+cluster next to the local run; ``--dask-batch 1,8`` runs Dask once per batch size.
+It reports each run's wall time (cluster start-up apart), checks that every Dask run
+wrote the local run's records, and gives the pickled size of what goes over the wire
+per program (the task, and the records and statistics back).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def dask_comparison(args) -> None:
     from replayverify.verifier.executors import dask_executor, parse_address, source_fingerprint
 
     where, n = parse_address(args.dask)
+    batches = [int(b) for b in args.dask_batch.split(",")]
     rows = []  # (label, workers, start-up seconds or None, wall seconds, records ok)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -60,13 +62,15 @@ def dask_comparison(args) -> None:
             rows.append((f"local processes, {w}", w, None, wall, True))
             reference = _records(tmp / f"local{w}")
             address = f"local:{w}" if where == "local" else args.dask
-            t = time.perf_counter()
-            with dask_executor(address, label="bench") as ex:
-                start = time.perf_counter() - t
-                threads = sum(ex.client.nthreads().values())
-                wall, _ = _timed_suite(args, tmp / f"dask{w}", executor=ex)
-            same = _records(tmp / f"dask{w}") == reference
-            rows.append((f"dask {address}", threads, start, wall, same))
+            for batch in batches:
+                t = time.perf_counter()
+                with dask_executor(address, label="bench", batch=batch) as ex:
+                    start = time.perf_counter() - t
+                    threads = sum(ex.client.nthreads().values())
+                    out = tmp / f"dask{w}-{batch}"
+                    wall, _ = _timed_suite(args, out, executor=ex)
+                label = f"dask {address}" + (f", batch {batch}" if batch > 1 else "")
+                rows.append((label, threads, start, wall, _records(out) == reference))
     jobs = [Job(pid, None, False, 60.0) for pid in suite_ids(min(args.programs, 64), args.seed)]
     sent = [len(pickle.dumps((run_job, job, source_fingerprint()))) for job in jobs]
     back = [len(pickle.dumps(run_job(job))) for job in jobs]
@@ -82,12 +86,15 @@ def dask_comparison(args) -> None:
         walls = {label: wall for label, _, _, wall, _ in rows}
         lo, hi = counts
         print(f"scaling {hi} vs {lo} worker(s): local processes "
-              f"{walls[f'local processes, {lo}'] / walls[f'local processes, {hi}']:.2f}x, "
-              f"dask {walls[f'dask local:{lo}'] / walls[f'dask local:{hi}']:.2f}x")
+              f"{walls[f'local processes, {lo}'] / walls[f'local processes, {hi}']:.2f}x")
+        for batch in batches:
+            tail = f", batch {batch}" if batch > 1 else ""
+            print(f"scaling {hi} vs {lo} worker(s): dask{tail} "
+                  f"{walls[f'dask local:{lo}{tail}'] / walls[f'dask local:{hi}{tail}']:.2f}x")
     for label, w, _, wall, _ in rows:
         if label.startswith("dask"):
             local = next(x[3] for x in rows if x[0] == f"local processes, {w}")
-            print(f"dask / local wall time, {w} worker(s): {wall / local:.2f}")
+            print(f"{label} / local processes, {w}: wall time {wall / local:.2f}")
     print(f"over the wire per program (pickled, mean of {len(jobs)}): task "
           f"{sum(sent) / len(sent):.0f} B out, records and statistics "
           f"{sum(back) / len(back):.0f} B back")
@@ -102,6 +109,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="also run on Dask: local:N or a scheduler address")
+    ap.add_argument("--dask-batch", default="1", metavar="K[,K...]",
+                    help="programs per Dask task; each value is one Dask run (default 1)")
     args = ap.parse_args()
     if args.dask:
         dask_comparison(args)

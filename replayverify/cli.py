@@ -42,22 +42,29 @@ max_bytes_option = click.option(
 )
 
 
-dask_option = click.option(
-    "--dask", "dask", metavar="ADDRESS", default=None,
-    help="Run on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] for N "
-         "worker processes here (needs the dask extra; see docs/distributed.md). Records, "
-         "--resume and --shard are as for a local run; --workers is then ignored.")
+def dask_option(command):
+    """``--dask ADDRESS`` and ``--dask-batch K``, for the commands that run many tasks."""
+    command = click.option(
+        "--dask-batch", "dask_batch", type=click.IntRange(min=1), default=1, show_default=True,
+        help="With --dask: programs (cohort: tasks) per Dask task. Dask spends a few ms "
+             "per task on the scheduler and this client: batch on large clusters.")(command)
+    return click.option(
+        "--dask", "dask", metavar="ADDRESS", default=None,
+        help="Run on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] for "
+             "N worker processes here (needs the dask extra; see docs/distributed.md). "
+             "Records, --resume and --shard are as for a local run; --workers is then "
+             "ignored.")(command)
 
 
 @contextlib.contextmanager
-def _executor(dask: str | None, label: str):
+def _executor(dask: str | None, label: str, batch: int = 1):
     """The Dask executor ``--dask`` asks for, or None (local worker processes)."""
     if dask is None:
         yield None
         return
     from replayverify.verifier.executors import dask_executor
 
-    with dask_executor(dask, label=label) as executor:
+    with dask_executor(dask, label=label, batch=batch) as executor:
         yield executor
 
 
@@ -235,7 +242,7 @@ def _record_table(records: list, n_files: int) -> str:
               help="Shrink at most this many failing programs.")
 @dask_option
 def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, engine, timeout,
-          junit, no_shrink, max_shrink, dask) -> None:
+          junit, no_shrink, max_shrink, dask, dask_batch) -> None:
     """Generate programs from SEED and run every check on every engine.
 
     Streams records to OUT/records.jsonl (flushed per program), then writes
@@ -263,7 +270,7 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
         fail_usage(str(exc))
     bar = _progress(total)
     try:
-        with _executor(dask, "suite") as executor:
+        with _executor(dask, "suite", dask_batch) as executor:
             summary = run_suite(cfg, on_program=lambda _o, n: bar.update(n), executor=executor)
     except (SuiteError, DaskError) as exc:
         bar.render_finish()
@@ -418,7 +425,7 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
               help="Worker processes (default: one per CPU). Records do not depend on it.")
 @dask_option
 def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int,
-           dask: str | None) -> None:
+           dask: str | None, dask_batch: int) -> None:
     """Run the framework cohort: the same programs through torch and JAX checkpointing.
 
     Five paired program families per seed key, float32 and float64, through every
@@ -445,7 +452,7 @@ def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int,
         check_config(cfg)
         bar = _progress(len(task_ids(cfg)))
         try:
-            with _executor(dask, "cohort") as executor:
+            with _executor(dask, "cohort", dask_batch) as executor:
                 summary = run_cohort(cfg, on_task=bar.update,
                                      executor=_cohort_mapper(executor) if executor else None)
         finally:

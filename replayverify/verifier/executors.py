@@ -147,14 +147,15 @@ class _Refused:
     fingerprint: str
 
 
-def _run_on_worker(fn: Callable[[T], R], task: T, fingerprint: str) -> R | _Refused:
-    """What a Dask worker runs: ``fn(task)``, if this worker has the client's code."""
+def _run_on_worker(fn: Callable[[T], R], tasks: list[T],
+                   fingerprint: str) -> list[R] | _Refused:
+    """What a Dask worker runs: ``fn`` on each task, if this worker has the client's code."""
     mine = source_fingerprint()
     if mine != fingerprint:
         from distributed import get_worker
 
         return _Refused(get_worker().address, mine)
-    return fn(task)
+    return [fn(task) for task in tasks]
 
 
 def parse_address(text: str) -> tuple[str, int | None]:
@@ -173,18 +174,28 @@ def parse_address(text: str) -> tuple[str, int | None]:
 
 
 class DaskExecutor:
-    """Tasks on a Dask cluster, in windows of at most ``window`` unwritten tasks.
+    """Tasks on a Dask cluster, at most ``window`` of them submitted and not yet written.
 
-    Keys are ``<label>-<run token>-<task id>``: the token is new for every executor,
-    so a resumed run, a second client on the same scheduler, or tasks a killed client
-    left behind never share a key (Dask would hand back the other task's result).
+    ``batch`` consecutive tasks make one Dask task (default 1): Dask's scheduler and
+    this client spend a few milliseconds per Dask task, so on a large cluster of short
+    tasks batching keeps them from being the bottleneck. A batch's key is
+    ``<label>-<run token>-<first task id>`` (with ``+<n more>`` when it holds more than
+    one): the token is new for every executor, so a resumed run, a second client on the
+    same scheduler, or tasks a killed client left behind never share a key (Dask would
+    hand back the other task's result). When every worker given a batch died, its tasks
+    are submitted again one by one under their own keys, so that ``lost`` is asked only
+    for the task that kills workers.
     """
 
-    def __init__(self, client, label: str = "task", window: int | None = None) -> None:
+    def __init__(self, client, label: str = "task", window: int | None = None,
+                 batch: int = 1) -> None:
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
         self.client = client
         self.label = label
+        self.batch = batch
         threads = sum(client.nthreads().values())
-        self.window = window or max(16, 4 * threads)
+        self.window = window or max(16, 4 * threads) * batch
         self.token = uuid.uuid4().hex[:12]
         self.fingerprint = source_fingerprint()
 
@@ -192,32 +203,48 @@ class DaskExecutor:
             lost: Callable[[T, str], R]) -> Iterator[R]:
         from distributed import as_completed
 
-        keys = [f"{self.label}-{self.token}-{name(t)}" for t in tasks]
-        if len(set(keys)) != len(keys):
+        names = [name(t) for t in tasks]
+        if len(set(names)) != len(names):
             raise ValueError("task ids must be unique within a run")
-        index: dict[str, int] = {}
+        members: dict[str, range] = {}  # Dask key -> the tasks it runs
         finished: dict[int, R] = {}
         running = as_completed()
+
+        def submit(part: range) -> None:
+            key = f"{self.label}-{self.token}-{names[part.start]}"
+            if len(part) > 1:
+                key += f"+{len(part) - 1}"
+            future = self.client.submit(_run_on_worker, fn, [tasks[i] for i in part],
+                                        self.fingerprint, key=key)
+            members[future.key] = part
+            running.add(future)
+
         submitted = written = 0
         try:
             while written < len(tasks):
                 while submitted < len(tasks) and submitted - written < self.window:
-                    future = self.client.submit(_run_on_worker, fn, tasks[submitted],
-                                                self.fingerprint, key=keys[submitted])
-                    index[future.key] = submitted
-                    running.add(future)
-                    submitted += 1
+                    part = range(submitted, min(submitted + self.batch, len(tasks)))
+                    submit(part)
+                    submitted = part.stop
                 future = next(running)
-                i = index.pop(future.key)
-                finished[i] = self._result(future, tasks[i], name, lost)
+                part = members.pop(future.key)
+                out = self._result(future, names[part.start])
                 future.release()
+                if isinstance(out, str) and len(part) > 1:  # lost: find the culprit
+                    for i in part:
+                        submit(range(i, i + 1))
+                elif isinstance(out, str):
+                    finished[part.start] = lost(tasks[part.start], out)
+                else:
+                    finished.update(zip(part, out))
                 while written in finished:
                     yield finished.pop(written)
                     written += 1
         finally:
             running.clear()  # futures dropped here are released on the scheduler
 
-    def _result(self, future, task, name, lost):
+    def _result(self, future, first: str) -> list | str:
+        """The batch's results, or why every worker that ran it died (a str)."""
         from distributed import CancelledError
         from distributed.scheduler import KilledWorker
 
@@ -225,13 +252,13 @@ class DaskExecutor:
             out = future.result()
         except KilledWorker as exc:
             where = getattr(exc.last_worker, "address", "?")
-            return lost(task, f"every Dask worker that ran it died ({exc.allowed_failures + 1} "
-                              f"workers, the last {where})")
+            return (f"every Dask worker that ran it died ({exc.allowed_failures + 1} "
+                    f"workers, the last {where})")
         except CancelledError:
-            raise DaskError(f"the Dask scheduler dropped task {name(task)}: was the connection "
+            raise DaskError(f"the Dask scheduler dropped task {first}: was the connection "
                             "lost?") from None
         except Exception as exc:
-            raise DaskError(f"task {name(task)} failed on a Dask worker: "
+            raise DaskError(f"task {first} failed on a Dask worker: "
                             f"{type(exc).__name__}: {exc} (every worker needs replayverify "
                             f"{self.fingerprint})") from None
         if isinstance(out, _Refused):
@@ -272,8 +299,8 @@ def _ignore_interrupt_plugin():
 
 
 @contextmanager
-def dask_executor(address: str, label: str = "task",
-                  window: int | None = None) -> Iterator[DaskExecutor]:
+def dask_executor(address: str, label: str = "task", window: int | None = None,
+                  batch: int = 1) -> Iterator[DaskExecutor]:
     """Connect to ``address`` (or start ``local[:N]``) for the duration of a run."""
     where, n_local = parse_address(address)
     try:
@@ -307,7 +334,7 @@ def dask_executor(address: str, label: str = "task",
             except TimeoutError:
                 raise DaskError(f"no Dask worker joined {address} within {WORKER_WAIT:g} s") \
                     from None
-            yield DaskExecutor(client, label=label, window=window)
+            yield DaskExecutor(client, label=label, window=window, batch=batch)
         finally:
             client.close()
     finally:

@@ -113,10 +113,11 @@ def local2():
 
 
 @needs_dask
-def test_local_cluster_gives_the_records_of_a_local_run(local2, tmp_path):
+@pytest.mark.parametrize("batch", [1, 5])
+def test_local_cluster_gives_the_records_of_a_local_run(local2, tmp_path, batch):
     ref = run_suite(SuiteConfig(programs=16, seed=2, workers=1, out=tmp_path / "local"))
     got = run_suite(SuiteConfig(programs=16, seed=2, out=tmp_path / "dask"),
-                    executor=DaskExecutor(local2.client, label="test"))
+                    executor=DaskExecutor(local2.client, label="test", batch=batch))
     assert lines(tmp_path / "dask") == lines(tmp_path / "local")
     assert {k: v for k, v in got.items() if k != "seconds"} == \
         {k: v for k, v in ref.items() if k != "seconds"}
@@ -134,18 +135,22 @@ def test_a_worker_with_other_code_refuses_the_run_in_one_line(local2, tmp_path):
 
 
 @needs_dask
-def test_a_task_whose_workers_all_die_becomes_its_lost_result(local2):
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_task_whose_workers_all_die_becomes_its_lost_result(local2, batch):
+    """In a batch, only the task that kills its worker is lost: the others run again."""
     from tests.helpers import exit_worker
 
     scheduler = local2.client.cluster.scheduler
     allowed = scheduler.allowed_failures
     scheduler.allowed_failures = 0  # give up after one death (the nanny restarts the worker)
     try:
-        out = list(DaskExecutor(local2.client, label="test").map(
-            exit_worker, ["a"], name=str, lost=lambda task, why: f"lost {task}: {why}"))
+        out = list(DaskExecutor(local2.client, label="test", batch=batch).map(
+            exit_worker, ["a", "b", "exit"], name=str,
+            lost=lambda task, why: f"lost {task}: {why}"))
     finally:
         scheduler.allowed_failures = allowed
-    assert len(out) == 1 and out[0].startswith("lost a: every Dask worker that ran it died")
+    assert out[:2] == ["a", "b"]
+    assert out[2].startswith("lost exit: every Dask worker that ran it died")
 
 
 @needs_dask

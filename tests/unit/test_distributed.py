@@ -324,3 +324,37 @@ def test_resume_after_the_client_is_killed_submits_only_what_is_missing(loopback
     ids = [str(p) for p in suite_ids(24, 3)]
     assert written(out) == 24 and submitted == ids[done:]
     assert lines(out) == reference
+
+
+@needs_dask
+def test_ctrl_c_gives_one_line_exit_130_and_a_directory_any_executor_resumes(reference,
+                                                                            tmp_path):
+    from replayverify.engines import registry
+
+    out = tmp_path / "s"
+    cmd = [sys.executable, "-m", "replayverify", "suite", "--programs", "24", "--seed", "3",
+           "--engine", SLOW, "--dask", "local:1", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while written(out) < 2:
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no program was written in 120 s"
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        f"replayverify: interrupted; every finished program's records are in "
+        f"{out / 'records.jsonl'}: continue with the same command and --resume"]
+    assert written(out) < 24
+    run_suite(SuiteConfig(programs=24, seed=3, workers=1, out=out, resume=True,
+                          engines=(registry.resolve(SLOW),)))  # and locally this time
+    assert lines(out) == reference

@@ -10,7 +10,6 @@ do not depend on the worker count, then writes records.jsonl, summary.json, repo
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -30,6 +29,7 @@ from replayverify.cohort.cases import (
     build_case,
 )
 from replayverify.cohort.expected import expected_letter, extra_row
+from replayverify.untrusted import dumps
 
 
 class CohortError(ValueError):
@@ -187,13 +187,13 @@ def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
         for rec in run_records(cfg, executor, on_task):
             records.append(rec)
             if fh is not None:
-                fh.write(json.dumps(rec, allow_nan=False) + "\n")
+                fh.write(dumps(rec) + "\n")
     finally:
         if fh is not None:
             fh.close()
     summary = summarize(cfg, records, time.perf_counter() - start)
     if out is not None:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n",
+        (out / "summary.json").write_text(dumps(summary, indent=2) + "\n",
                                           encoding="utf-8")
         (out / "report.md").write_text(render_report(summary, records), encoding="utf-8")
     return summary

@@ -225,8 +225,8 @@ class Region(Strategy):
         dst = tape.lay[tape.program.ops[k].dst]
         buf = state.buffers[dst.view.buffer]
         g = self.granularity or dst.dtype.itemsize
-        idx, _ = region_bytes(dst.index(tape.xp), g, buf.size)
-        return idx, buf[idx]  # old bytes of every region the op may write
+        idx, regions = dst.regions(g, buf.size, tape.xp)
+        return idx, buf[idx], regions  # old bytes of every region the op may write
 
     def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpValues,
                       pending: Any) -> None:
@@ -235,13 +235,13 @@ class Region(Strategy):
         dst = tape.lay[tape.program.ops[k].dst]
         buf = state.buffers[dst.view.buffer]
         g = self.granularity or dst.dtype.itemsize
-        idx, old = pending
+        idx, old, regions = pending
         xp = tape.xp
         if ev.where is not None:  # a scatter: keep only the regions it actually wrote
             written, _ = region_bytes(dst.bytes_of(ev.where, xp), g, buf.size)
             keep = xp.isin(idx, written)
             idx, old = idx[keep], old[keep]
-        regions = int(unique_ints(idx // g).size)
+            regions = int(unique_ints(idx // g).size)
         entry = JournalEntry(dst.view.buffer, idx, old, buf[idx], regions)
         tape.keep(s, ("journal", k), entry, entry.nbytes)
 

@@ -75,11 +75,13 @@ def scatter_winners(index, n: int, last_wins: bool = True):
     if xp is not np:
         return _scatter_winners_sorted(xp, index, n, last_wins)
     pos = np.mod(index.reshape(-1).astype(np.int64), n)
-    if last_wins:
-        uniq, first_rev = np.unique(pos[::-1], return_index=True)
-        return uniq, pos.size - 1 - first_rev
-    uniq, first = np.unique(pos, return_index=True)
-    return uniq, first
+    order = np.argsort(pos, kind="stable")  # positions ascending, j ascending within each
+    p = pos[order]
+    if last_wins:  # the last j of each run of equal positions
+        ends = np.flatnonzero(np.append(p[1:] != p[:-1], True))
+    else:  # the first j of each run
+        ends = np.flatnonzero(np.insert(p[1:] != p[:-1], 0, True))
+    return p[ends], order[ends]
 
 
 def _scatter_winners_sorted(xp: ModuleType, index, n: int, last_wins: bool):
@@ -190,6 +192,29 @@ def op_values(program: Program, k: int, operands: Operands, draws: Any = None) -
                     written_positions(op, flat, dst.size))
 
 
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """What executing one op needs, looked up once per program (``op_steps``)."""
+
+    op: Op
+    kind: OpKind
+    dst: ViewLayout
+    reads: tuple[tuple[str, ViewLayout], ...]  # (field, layout) of every view it reads
+    draws: bool
+
+
+def op_steps(program: Program) -> tuple[_Step, ...]:
+    """Per op, its layouts and rule key: derived once and carried by the program."""
+    steps = program.derived.get("steps")
+    if steps is None:
+        lay = layouts(program)
+        steps = program.derived["steps"] = tuple(
+            _Step(op, op.kind, lay[op.dst], tuple((f, lay[getattr(op, f)]) for f in op.spec.reads),
+                  bool(op.spec.draws))
+            for op in program.ops)
+    return steps
+
+
 def execute_op(
     program: Program,
     k: int,
@@ -203,26 +228,27 @@ def execute_op(
     ``draws`` replays recorded random values instead of drawing; the generator is
     advanced by the op's element count either way, so bytes and R stay exact. Runs on
     the state's array module: operands, values and draws are ``state.xp`` arrays.
+    Overflow and invalid results are legal values: callers run under
+    ``errstate.quiet`` (every entry point does) so that numpy does not warn about them.
     """
-    op = program.ops[k]
-    spec = op.spec
-    lay = layouts(program)
-    dst = lay[op.dst]
-    operands = {f: state.read(lay[getattr(op, f)]).reshape(-1) for f in spec.reads}
-    if spec.draws:
+    step = op_steps(program)[k]
+    op, dst = step.op, step.dst
+    read = state.read
+    operands = {f: read(lay).reshape(-1) for f, lay in step.reads}
+    if step.draws:
         if draws is None:
             draws, state.rng = draw(op, state.rng, dst.size, dst.dtype, state.xp,
                                     philox_blocks(program))
         else:
             draws = draws.reshape(-1)
             state.rng = state.rng.advanced(dst.size)
-    with np.errstate(over="ignore", invalid="ignore"):
-        values, where = forward[op.kind](op, operands, draws, dst.dtype, dst.size)
+    values, where = forward[step.kind](op, operands, draws, dst.dtype, dst.size)
     values = state.xp.asarray(values).astype(dst.dtype, copy=False).reshape(-1)
     state.write(dst, values, where)
     return OpValues(k, op, dst.dtype, dst.size, operands, draws, where, values)
 
 
+@quiet
 def run_forward(program: Program, state: State | None = None, start: int = 0,
                 stop: int | None = None) -> State:
     """Plain (unversioned) execution of ops ``start:stop``; returns the state."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from replayverify.programs.arrays import to_host
+from replayverify.programs.arrays import to_host, unique_ints
 from replayverify.programs.model import DTYPES, Program, View, view_bytes
 from replayverify.programs.philox import RngState
 
@@ -66,6 +66,21 @@ class ViewLayout:
         """``starts`` as an ``xp`` array (copied to the device once, then reused)."""
         return self.starts if xp is np else self._copy_on(xp, "starts")
 
+    def regions(self, granularity: int, nbytes: int, xp: ModuleType = np) -> tuple[Any, int]:
+        """Byte indices of the aligned ``granularity``-byte regions holding the view's
+        bytes (clipped to a buffer of ``nbytes``) and the region count: what a region
+        journal saves for a write of the whole view. Derived once per granularity."""
+        key = (xp.__name__, "regions", granularity, nbytes)
+        hit = self._on.get(key)
+        if hit is None:
+            ids = unique_ints(self.byte_index // granularity)
+            idx = (ids[:, None] * granularity + np.arange(granularity, dtype=np.int64))
+            idx = idx.reshape(-1)
+            idx = idx[idx < nbytes]
+            idx.setflags(write=False)
+            hit = self._on[key] = (idx if xp is np else xp.asarray(idx), int(ids.size))
+        return hit
+
     def bytes_of(self, where: Any, xp: ModuleType = np) -> Any:
         """Byte indices of the elements at flat positions ``where`` (all when None), as an
         ``xp`` array (``where`` must then be one too)."""
@@ -103,6 +118,10 @@ class State:
     buffers: dict[str, Any]
     rng: RngState
     xp: ModuleType = field(default=np, compare=False, repr=False)
+    # NumPy only: per view, (its buffer, the view as a strided array over that buffer),
+    # made on first use; an entry is used only while the buffer is still that object.
+    _typed: dict[str, tuple[Any, np.ndarray]] = field(default_factory=dict, compare=False,
+                                                      repr=False)
 
     def copy(self) -> State:
         return State({k: v.copy() for k, v in self.buffers.items()}, self.rng, self.xp)
@@ -112,25 +131,40 @@ class State:
         return Snapshot({k: bytes(to_host(v).tobytes()) for k, v in self.buffers.items()},
                         self.rng)
 
+    def typed(self, layout: ViewLayout) -> np.ndarray:
+        """A NumPy state's view as a strided array over its buffer (``as_strided``
+        semantics, SPEC §2): reading or assigning it moves exactly the view's bytes."""
+        buf = self.buffers[layout.view.buffer]
+        hit = self._typed.get(layout.view.name)
+        if hit is not None and hit[0] is buf:
+            return hit[1]
+        arr = layout.strided(buf)
+        self._typed[layout.view.name] = (buf, arr)
+        return arr
+
     def read(self, layout: ViewLayout) -> Any:
         """Gather a view's values into a fresh contiguous array of its shape."""
-        buf = self.buffers[layout.view.buffer]
         if self.xp is np:
-            return layout.strided(buf).copy()
+            return self.typed(layout).copy()
+        buf = self.buffers[layout.view.buffer]
         return buf[layout.index(self.xp)].view(layout.dtype).reshape(layout.view.shape)
 
     def write(self, layout: ViewLayout, values, where: Any = None) -> None:
-        """Scatter ``values`` (flat, in the view's dtype) to the view's elements ``where``."""
-        buf = self.buffers[layout.view.buffer]
+        """Scatter ``values`` (flat, in the view's dtype) to the view's elements ``where``.
+
+        ``values`` must not share memory with the buffers (every op computes fresh ones)."""
         raw = values.astype(layout.dtype, copy=False).reshape(-1)
         if self.xp is np:
-            target = layout.strided(buf)
+            arr = self.typed(layout)
             if where is None:
-                target[...] = raw.reshape(layout.view.shape)
+                arr[...] = raw.reshape(arr.shape)
+            elif arr.ndim == 1:
+                arr[where] = raw
             else:
-                target[np.unravel_index(where, layout.view.shape)] = raw
-        else:
-            buf[layout.bytes_of(where, self.xp)] = raw.view(np.uint8)
+                arr[np.unravel_index(where, arr.shape)] = raw
+            return
+        buf = self.buffers[layout.view.buffer]
+        buf[layout.bytes_of(where, self.xp)] = raw.view(np.uint8)
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,15 @@ class Addresses:
 
 
 def addresses(program: Program) -> Addresses:
-    """Number the distinct float element addresses of every float view of ``program``."""
+    """Number the distinct float element addresses of every float view of ``program``
+    (in the order of (buffer, first byte, itemsize)); derived once per program."""
+    found = program.derived.get("addresses")
+    if found is None:
+        found = program.derived["addresses"] = _addresses(program)
+    return found
+
+
+def _addresses(program: Program) -> Addresses:
     lay = layouts(program)
     buf_id = {b.name: i for i, b in enumerate(program.buffers)}
     floats = [lay[v.name] for v in program.views if v.is_float]

@@ -183,7 +183,8 @@ def make_step(xp: ModuleType, cell: Cell, dtype: Any = np.float32) -> Any:
 def result_bytes(xp: ModuleType, step: Any, result: Any) -> bytes:
     """Everything a step computed, as host bytes: the final state, the gradients and the
     step's result (the input gradient, or the calibration's backward sums)."""
-    from replayverify.gpu.backend import to_numpy
+    def to_numpy(x: Any) -> np.ndarray:  # CuPy (and its stand-ins) transfer with .get()
+        return x.get() if hasattr(x, "get") else np.asarray(x)
 
     parts = [to_numpy(step.state).tobytes()]
     if isinstance(step, ActivationStep):

@@ -141,9 +141,9 @@ class JournalLayout:
 
     def regions_on(self, xp: ModuleType) -> Any:
         """The region indices as an ``xp`` array (copied to the current device once, cached)."""
-        if not is_cupy_module(xp):
+        if xp is np:
             return self.regions
-        key = xp.cuda.Device().id
+        key = xp.cuda.Device().id if is_cupy_module(xp) else xp.__name__
         arr = self._device.get(key)
         if arr is None:
             arr = xp.asarray(self.regions)

@@ -91,6 +91,7 @@ class DeviceArray:
         TRANSFERS["to_host"] += 1
         return self._a.copy()
 
+    flags = property(lambda self: self._a.flags)
     shape = property(lambda self: self._a.shape)
     dtype = property(lambda self: self._a.dtype)
     size = property(lambda self: self._a.size)
@@ -133,6 +134,20 @@ class DeviceArray:
     __gt__, __ge__ = _binary("greater"), _binary("greater_equal")
     __eq__, __ne__ = _binary("equal"), _binary("not_equal")  # type: ignore[assignment]
 
+    # in place, like CuPy (without these Python would rebind ``v *= 2`` to a new array and
+    # leave a view's base untouched)
+    def __iadd__(self, other: Any) -> DeviceArray:
+        np.add(self._a, _unwrap(other), out=self._a)
+        return self
+
+    def __isub__(self, other: Any) -> DeviceArray:
+        np.subtract(self._a, _unwrap(other), out=self._a)
+        return self
+
+    def __imul__(self, other: Any) -> DeviceArray:
+        np.multiply(self._a, _unwrap(other), out=self._a)
+        return self
+
 
 # ---------------------------------------------------------------- the array module
 
@@ -170,9 +185,17 @@ def _creation(name: str):
 
 
 zeros, ones, arange = _creation("zeros"), _creation("ones"), _creation("arange")
+empty = _creation("empty")
+
+
+def empty_like(a: DeviceArray) -> DeviceArray:
+    return DeviceArray(np.empty_like(_unwrap(a)))
+
+
 concatenate, unique, sort = _function("concatenate"), _function("unique"), _function("sort")
 searchsorted, isin, mod = _function("searchsorted"), _function("isin"), _function("mod")
 tanh, sin, cos = _function("tanh"), _function("sin"), _function("cos")
+sum, subtract = _function("sum"), _function("subtract")  # CuPy's names
 
 
 class _Add:

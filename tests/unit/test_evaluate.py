@@ -70,6 +70,26 @@ def test_every_mechanic_restores_exactly(cell: Cell, dtype: str) -> None:
             assert got == reference, (policy, share)
 
 
+@pytest.mark.parametrize("cell", [CELLS[0], CELLS[1], CELLS[3]], ids=lambda c: c.name)
+def test_mechanics_on_a_device_array_module(cell: Cell) -> None:
+    """The same code on tests/unit/fake_device (arrays that refuse implicit host
+    conversion, like CuPy's): the same bytes as on NumPy, for mixed policies."""
+    from tests.unit import fake_device as fd
+
+    def copy(dst, src) -> None:
+        dst[...] = src
+
+    policy = ("eager", "region", "whole", "region", "eager")
+    for share in (False, True):
+        host = make_step(np, cell)
+        want = result_bytes(
+            np, host, sg.run_policy(host, policy, copy=np.copyto, share_anchors=share)
+        )
+        dev = make_step(fd, cell)
+        got = result_bytes(fd, dev, sg.run_policy(dev, policy, copy=copy, share_anchors=share))
+        assert got == want
+
+
 def test_dense_region_segment_journals_later_overlapping_writes() -> None:
     cell = _activation(1.0)
     step = make_step(np, cell)

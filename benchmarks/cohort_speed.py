@@ -1,0 +1,73 @@
+"""Cohort speed: the full 50-key cohort (torch, JAX and --extra), wall time and records/s.
+
+Run: python benchmarks/cohort_speed.py [--seeds 420000:420050] [--workers 2] [--out DIR]
+
+Measures, in one run: (1) the wall time of `run_cohort` over every framework with
+`--extra` and the given workers (its records, summary and report go to --out when
+given: that is how reports/cohort/ is made); (2) as the baseline, the reference alone:
+the interpreter fed each case's draws (`execute(program, draws=...)`), single process,
+over the same cases. Reports records/s, the per-framework CPU seconds the records
+account for, and the ratio (cohort time per case and worker) / (reference time per
+case), so the figure does not depend on the machine's speed. Requirement (issue #11):
+under 5 minutes on the 2-core CI machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from replayverify.cohort import CohortConfig, cases, parse_seeds, run_cohort
+from replayverify.cohort.engines_adapter import EnginesAdapter
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seeds", default="420000:420050")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    seeds = parse_seeds(args.seeds)
+
+    all_cases = cases(range(*seeds), extra=True)
+    tapes = [EnginesAdapter().draw_tape(c) for c in all_cases]
+    from replayverify.programs import execute
+
+    t = time.perf_counter()
+    for c, tape in zip(all_cases, tapes):
+        _ = execute(c.program, draws=dict(tape.draws), record_boundaries=False).gradient
+    reference = time.perf_counter() - t
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.out or tmp)
+        cfg = CohortConfig(frameworks=("torch", "jax"), seeds=seeds, extra=True,
+                           workers=args.workers, out=out,
+                           command=f"replayverify cohort --seeds {args.seeds} --extra "
+                                   f"--workers {args.workers}")
+        t = time.perf_counter()
+        summary = run_cohort(cfg)
+        wall = time.perf_counter() - t
+        records = [json.loads(line) for line in (out / "records.jsonl").open()]
+
+    cpu: dict[str, float] = defaultdict(float)
+    for r in records:
+        cpu[r["framework"]] += r["seconds"]
+    n_cases = len(all_cases)
+    print(f"cohort {args.seeds} --extra, {args.workers} workers: {summary['records']} records "
+          f"({n_cases} cases x frameworks) in {wall:.1f} s wall = "
+          f"{summary['records'] / wall:.1f} records/s; verdict {summary['verdict']}")
+    print("  seconds inside methods, summed over records: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items())))
+    print(f"  baseline (interpreter reference alone, 1 process): {reference:.2f} s for "
+          f"{n_cases} cases = {1e3 * reference / n_cases:.2f} ms/case")
+    ratio = (wall * args.workers / n_cases) / (reference / n_cases)
+    print(f"  ratio (cohort s per case x workers) / (reference s per case): {ratio:.0f}")
+    print(f"  within the 5-minute requirement: {'yes' if wall < 300 else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,14 +1,13 @@
 """The JAX adapter: functional execution, ``jax.checkpoint``, native in-place writes and
 an impure holder.
 
-Buffers are 1-D arrays of the case's dtype; a view reads ``buf[index]`` and a write is
-``buf.at[index].set(values, unique_indices=True)`` (functional; a view's
-elements are distinct, and without the hint JAX's differentiated scatter turns a
-written -0.0 into +0.0) or ``buf[index] = values`` (native
-in-place, which JAX refuses). The generator is a key threaded through the program:
-each draw splits it. Every run is differentiated with ``jax.vjp`` and happens inside
-``jax.enable_x64(True)`` (a local context: the loss is float64 as SPEC says, and float64
-cases need it); nothing global is changed for the user.
+Buffers are 1-D arrays of the case's dtype. Functional methods read a view with a
+strided ``lax.slice`` and write it out of place (``lax.pad`` spreads the values to
+their positions, a select takes them there: one primitive each, exact bits); the native
+in-place methods write ``buf[index] = values``, which JAX refuses. The generator is a
+key threaded through the program: each draw splits it. Every run is differentiated
+with ``jax.vjp`` and happens inside ``jax.enable_x64(True)`` (a local context: the loss
+is float64 as SPEC says, and float64 cases need it); nothing global changes for the user.
 
 The impure holder keeps the hidden buffers and the key in a Python object that the
 functions rebind; the other buffers flow through arguments and results.
@@ -112,12 +111,42 @@ class _Run:
         self.start = {k: self.jnp.asarray(v) for k, v in bufs.items()}
         self.holder: _Holder | None = None
 
+    # ------------------------------------------------------------ views
+    def read(self, bufs: dict, name: str) -> Any:
+        """A view's elements: one strided ``lax.slice`` for a 1-D view, else a gather."""
+        v = self.p.view(name)
+        buf = bufs[v.buffer]
+        if len(v.shape) == 1:
+            lo, n, step = v.offset // v.itemsize, v.shape[0], v.strides[0] // v.itemsize
+            return self.jax.lax.slice(buf, (lo,), (lo + (n - 1) * step + 1,), (step,))
+        return buf[self.index[name]].reshape(v.shape)
+
+    def written(self, buf: Any, name: str, values: Any) -> Any:
+        """``buf`` with the view's elements replaced (out of place, exact bits).
+
+        1-D views: ``lax.pad`` spreads the values to their strided positions and a select
+        takes them there. Otherwise ``.at[index].set(..., unique_indices=True)``: a view's
+        elements are distinct, and without the hint JAX's differentiated scatter writes
+        -0.0 as +0.0.
+        """
+        v = self.p.view(name)
+        values = values.reshape(-1)
+        if len(v.shape) != 1:
+            return buf.at[self.index[name]].set(values, unique_indices=True)
+        lo, n, step = v.offset // v.itemsize, v.shape[0], v.strides[0] // v.itemsize
+        hi = buf.shape[0] - (lo + (n - 1) * step + 1)
+        spread = self.jax.lax.pad(values, self.jnp.zeros((), buf.dtype),
+                                  [(lo, hi, step - 1)])
+        mask = np.zeros(buf.shape[0], bool)
+        mask[self.index[name]] = True
+        return self.jnp.where(mask, spread, buf)
+
     # ------------------------------------------------------------ one op
     def op(self, k: int, bufs: dict, key: Any) -> Any:
         jnp = self.jnp
         op = self.p.ops[k]
         dtype = self.case.dtype
-        o = operands(op, lambda name: bufs[self.p.view(name).buffer][self.index[name]])
+        o = operands(op, lambda name: self.read(bufs, name))
         z = None
         if op.spec.draws:
             key, z = _draw(self.jax, key, op, self.p.view(op.dst).size, dtype)
@@ -128,7 +157,7 @@ class _Run:
         if self.method.startswith("inplace"):
             bufs[b][self.index[op.dst]] = values  # JAX arrays are immutable: refused
         else:
-            bufs[b] = bufs[b].at[self.index[op.dst]].set(values, unique_indices=True)
+            bufs[b] = self.written(bufs[b], op.dst, values)
         return key
 
     def ops(self, ks: range, bufs: dict, key: Any) -> Any:
@@ -143,7 +172,7 @@ class _Run:
         bufs = dict(self.start)
         for name, x in zip(self.p.inputs, xs):
             b = self.p.view(name).buffer
-            bufs[b] = bufs[b].at[self.index[name]].set(x.reshape(-1), unique_indices=True)
+            bufs[b] = self.written(bufs[b], name, x)
         key = self.jax.random.key(self.case.draw_seed)
         hidden = self.case.roles.hidden
         holder = self.method.startswith("holder")
@@ -159,7 +188,7 @@ class _Run:
             key = self.step(range(seg.stop, n), bufs, key)
         w = jnp.asarray(self.p.loss.weights, jnp.float64)
         lv = self.p.loss.view
-        values = bufs[self.p.view(lv).buffer][self.index[lv]].astype(jnp.float64)
+        values = self.read(bufs, lv).reshape(-1).astype(jnp.float64)
         return jnp.sum(w * values), (bufs, None if holder else key)
 
     def step(self, ks: range, bufs: dict, key: Any) -> Any:

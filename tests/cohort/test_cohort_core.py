@@ -193,3 +193,33 @@ def test_cli_runs_a_plugin_adapter(tmp_path):
 def test_case_replace_keeps_it_a_case():
     case = build_case("local-strided", 420000, "float32")
     assert replace(case, seed=1).id == "local-strided/1/float32"
+
+
+class BrokenToy(ToyAdapter):
+    """A plug-in whose faithful method stops being faithful: its cell is unexpected."""
+
+    def run(self, case, method):
+        obs = super().run(case, method)
+        return Observation(obs.gradient + 1.0, obs.buffers, obs.generator)
+
+
+def test_cli_exit_status_1_names_the_unexpected_row(tmp_path):
+    r = CliRunner().invoke(main, ["cohort", "--frameworks",
+                                  "tests.cohort.test_cohort_core:BrokenToy",
+                                  "--seeds", "5:6", "--out", str(tmp_path), "--workers", "1"])
+    assert r.exit_code == 1, r.output
+    assert "verdict unexpected" in r.output and "toy replay" in r.output
+    assert "UNEXPECTED" in r.output
+
+
+def test_torch_missing_gives_unsupported_records_with_the_install_hint(monkeypatch):
+    import importlib.util
+
+    from replayverify.cohort.torch_adapter import HINT
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    recs = cohort.run_task("torch/hidden-strided/420000/float32", extra=True)
+    assert len(recs) == 9 and {r["outcome"] for r in recs} == {"unsupported"}
+    assert {r["detail"] for r in recs} == {HINT} and recs[0]["version"] == ""

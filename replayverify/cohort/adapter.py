@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -74,7 +74,6 @@ class Observation:
     buffers: dict[str, bytes]
     generator: bytes
     determinism_flagged: bool | None = None
-    notes: dict = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -89,7 +88,8 @@ class Adapter(Protocol):
 
     def version(self) -> str: ...
 
-    def methods(self) -> tuple[Method, ...]: ...
+    def methods(self, extra: bool = False) -> tuple[Method, ...]:
+        """The methods; ``extra``: also those of the rows beyond the paper."""
 
     def draw_tape(self, case: Case) -> Tape: ...
 

@@ -331,12 +331,11 @@ def _back_op(tape: Tape, adj: dict[str, Any], k: int, rec: OpValues) -> None:
     if rule is None or not dst.view.is_float or g.size == 0:
         return
     draws = None if rec.draws is None else rec.draws.reshape(-1)
-    with np.errstate(all="ignore"):
-        contribs = rule(OpValues(k, op, dst.dtype, dst.size, operands, draws, where), g)
+    contribs = rule(OpValues(k, op, dst.dtype, dst.size, operands, draws, where), g)
     for f, c in contribs.items():
         src = tape.lay[getattr(op, f)]
-        if xp is np:
-            np.add.at(adj[src.view.buffer], src.starts, c)
+        if xp is np:  # a view's elements never overlap: its starts are distinct slots
+            adj[src.view.buffer][src.starts] += c
         else:
             scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 

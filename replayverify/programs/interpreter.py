@@ -137,11 +137,20 @@ def draw(op: Op, rng: RngState, n: int, dtype: np.dtype, xp: ModuleType = np,
     the same bits (words, uniforms, masks and also the normals). ``blocks`` shares the
     Philox uniforms of a (state, n) among everything that runs one program.
     """
-    u1, u2 = uniforms(words(rng, n)) if blocks is None else blocks.uniforms(rng, n)
-    if op.spec.draws is Draw.NORMAL:
-        values = normals(u1, u2).astype(dtype)
-    else:
-        values = keep_mask(u1, op.coef_as("keep", dtype), dtype)
+    kind = op.spec.draws
+    keep = op.coef_as("keep", dtype) if kind is Draw.KEEP_MASK else None
+
+    def compute() -> np.ndarray:
+        u1, u2 = uniforms(words(rng, n)) if blocks is None else blocks.uniforms(rng, n)
+        if kind is Draw.NORMAL:
+            return normals(u1, u2).astype(dtype)
+        return keep_mask(u1, keep, dtype)
+
+    if blocks is None:
+        values = compute()
+    else:  # the values too are a function of (state, n, rule, dtype, keep): shared
+        key = (rng, n, kind, dtype.str, None if keep is None else keep.tobytes())
+        values = blocks.memo(key, n, compute)
     return (values if xp is np else xp.asarray(values)), rng.advanced(n)
 
 
@@ -233,8 +242,8 @@ def execute_op(
     """
     step = op_steps(program)[k]
     op, dst = step.op, step.dst
-    read = state.read
-    operands = {f: read(lay).reshape(-1) for f, lay in step.reads}
+    read = state.read_flat
+    operands = {f: read(lay) for f, lay in step.reads}
     if step.draws:
         if draws is None:
             draws, state.rng = draw(op, state.rng, dst.size, dst.dtype, state.xp,
@@ -243,7 +252,8 @@ def execute_op(
             draws = draws.reshape(-1)
             state.rng = state.rng.advanced(dst.size)
     values, where = forward[step.kind](op, operands, draws, dst.dtype, dst.size)
-    values = state.xp.asarray(values).astype(dst.dtype, copy=False).reshape(-1)
+    if type(values) is not np.ndarray or values.dtype != dst.dtype or values.ndim != 1:
+        values = state.xp.asarray(values).astype(dst.dtype, copy=False).reshape(-1)
     state.write(dst, values, where)
     return OpValues(k, op, dst.dtype, dst.size, operands, draws, where, values)
 

@@ -117,10 +117,22 @@ class Blocks:
     chooses the state it draws from, so a replay from a wrong state draws wrong values.
     """
 
-    __slots__ = ("_hits",)
+    __slots__ = ("_draws", "_hits")
 
     def __init__(self) -> None:
         self._hits: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._draws: dict[tuple, np.ndarray] = {}
+
+    def memo(self, key: tuple, n: int, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """A value derived from blocks (a draw op's values: ``key`` says from which state,
+        rule, dtype and coefficient), computed once (read-only) when ``n`` is small."""
+        if n > BLOCKS_MAX_ELEMENTS:
+            return compute()
+        hit = self._draws.get(key)
+        if hit is None:
+            hit = self._draws[key] = compute()
+            hit.setflags(write=False)
+        return hit
 
     def uniforms(self, state: RngState, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(u1, u2) of blocks counter+0 .. counter+(n-1) under the state's key (read-only)."""

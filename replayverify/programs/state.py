@@ -149,6 +149,13 @@ class State:
         buf = self.buffers[layout.view.buffer]
         return buf[layout.index(self.xp)].view(layout.dtype).reshape(layout.view.shape)
 
+    def read_flat(self, layout: ViewLayout) -> Any:
+        """Gather a view's values into a fresh contiguous 1-D array, row-major."""
+        if self.xp is np:
+            return self.typed(layout).flatten()
+        buf = self.buffers[layout.view.buffer]
+        return buf[layout.index(self.xp)].view(layout.dtype)
+
     def write(self, layout: ViewLayout, values, where: Any = None) -> None:
         """Scatter ``values`` (flat, in the view's dtype) to the view's elements ``where``.
 
@@ -157,7 +164,7 @@ class State:
         if self.xp is np:
             arr = self.typed(layout)
             if where is None:
-                arr[...] = raw.reshape(arr.shape)
+                arr[...] = raw if arr.ndim == 1 else raw.reshape(arr.shape)
             elif arr.ndim == 1:
                 arr[where] = raw
             else:

@@ -41,9 +41,12 @@ slow_region = SlowRegion()  # --engine tests.helpers:slow_region
 
 def exit_worker(task: str) -> str:
     """``task`` back, but for "exit": then end the process, as a crash would (a Dask task
-    whose worker dies)."""
+    whose worker dies). It waits 1 s first, so that the worker has reported the tasks it
+    finished before (otherwise the scheduler counts them as dying with it)."""
     import os
+    import time
 
     if task == "exit":
+        time.sleep(1.0)
         os._exit(3)
     return task

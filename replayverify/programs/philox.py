@@ -38,6 +38,10 @@ class RngState(NamedTuple):
 
     def advanced(self, n: int) -> RngState:
         """The state after consuming ``n`` blocks (counter + n mod 2^128)."""
+        c = self.counter
+        low = c[0] + n
+        if 0 <= n and low <= MASK32:  # no carry out of word 0: the common case
+            return RngState(self.key, (low, c[1], c[2], c[3]))
         return RngState(self.key, counter_words((self.counter_int + n) % MOD128))
 
     def to_bytes(self) -> bytes:

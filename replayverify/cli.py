@@ -260,8 +260,7 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
             programs=n_programs, seed=seed, family=family, workers=workers, out=Path(out_dir),
             shard=parse_shard(shard), resume=resume, mutants=mutants, engines=engines,
             timeout=timeout, shrink=not no_shrink, max_shrink=max_shrink,
-            junit=Path(junit) if junit else None, command=" ".join(["replayverify"] +
-                                                                  sys.argv[1:]),
+            junit=Path(junit) if junit else None, command=_command_line(),
         )
         from replayverify.verifier.suite import suite_ids
 
@@ -287,9 +286,15 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
     sys.exit(0 if summary["verdict"] == "clean" else 1)
 
 
-def _progress(total: int):
+def _command_line() -> str:
+    """This command as typed, less ``--resume``: the files of a resumed run name the
+    command an uninterrupted run would have, as they hold the same records."""
+    return " ".join(["replayverify", *(a for a in sys.argv[1:] if a != "--resume")])
+
+
+def _progress(total: int, label: str = "programs"):
     """A progress bar with ETA on a terminal; silent otherwise."""
-    return click.progressbar(length=total, label="programs", show_eta=True, show_pos=True,
+    return click.progressbar(length=total, label=label, show_eta=True, show_pos=True,
                              file=sys.stderr if sys.stderr.isatty() else _Null())
 
 
@@ -423,18 +428,23 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
               show_default=True, help="Directory for records.jsonl, summary.json, report.md.")
 @click.option("--workers", type=click.IntRange(min=0), default=0,
               help="Worker processes (default: one per CPU). Records do not depend on it.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted run in --out (same --frameworks, --seeds, "
+                   "--extra): tasks already written are not rerun; ends with the same files.")
 @dask_option
-def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int,
+def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int, resume: bool,
            dask: str | None, dask_batch: int) -> None:
     """Run the framework cohort: the same programs through torch and JAX checkpointing.
 
     Five paired program families per seed key, float32 and float64, through every
     method of each framework, compared with the reference interpreter fed the
     framework's own draws: M match, R the framework raised, D silent divergence.
-    Writes OUT/records.jsonl, OUT/summary.json and OUT/report.md and prints the table.
-    Exit status 0 when every cell is as expected (the reference paper's Table 2 and the
-    documented extra rows), 1 when a cell is not, 2 on bad usage. A framework that is
-    not installed gives `unsupported` records with an install hint.
+    Streams records to OUT/records.jsonl (flushed per task; an interrupted run
+    continues with --resume), then writes OUT/summary.json and OUT/report.md and
+    prints the table. Exit status 0 when every cell is as expected (the reference
+    paper's Table 2 and the documented extra rows), 1 when a cell is not, 2 on bad
+    usage. A framework that is not installed gives `unsupported` records with an
+    install hint.
     """
     from pathlib import Path
 
@@ -444,39 +454,32 @@ def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int,
         cfg = CohortConfig(
             frameworks=tuple(f.strip() for f in frameworks.split(",") if f.strip()),
             seeds=parse_seeds(seeds), extra=extra, workers=workers, out=Path(out_dir),
-            command=" ".join(["replayverify"] + sys.argv[1:]))
+            resume=resume, command=_command_line())
         if not cfg.frameworks:
             raise CohortError("--frameworks names no framework")
         from replayverify.cohort.runner import check_config, task_ids
 
         check_config(cfg)
-        bar = _progress(len(task_ids(cfg)))
-        try:
-            with _executor(dask, "cohort", dask_batch) as executor:
-                summary = run_cohort(cfg, on_task=bar.update,
-                                     executor=_cohort_mapper(executor) if executor else None)
-        finally:
-            bar.render_finish()
+        total = len(task_ids(cfg))
+    except CohortError as exc:
+        fail_usage(str(exc))
+    bar = _progress(total, "tasks")
+    try:
+        with _executor(dask, "cohort", dask_batch) as executor:
+            summary = run_cohort(cfg, on_task=bar.update, executor=executor)
     except (CohortError, DaskError) as exc:
+        bar.render_finish()
         fail_usage(str(exc))
     except KeyboardInterrupt:
-        click.echo("\nreplayverify: interrupted; the cohort is incomplete (it has no --resume)",
+        bar.render_finish()
+        click.echo(f"\nreplayverify: interrupted; every finished task's records are in "
+                   f"{cfg.out / 'records.jsonl'}: continue with the same command and --resume",
                    err=True)
         sys.exit(130)
+    finally:
+        bar.render_finish()
     _print_cohort(summary, cfg.out)
     sys.exit(0 if summary["verdict"] == "as-expected" else 1)
-
-
-def _cohort_mapper(executor):
-    """``run_cohort``'s ``executor(fn, items)`` on Dask: each task keyed by its task id.
-
-    A task every worker it was given to died on has no records to stand for it (the
-    records name the methods the framework would have run), so it stops the run.
-    """
-    def lost(item, reason: str):
-        raise DaskError(f"cohort task {item[0]}: {reason}")
-
-    return lambda fn, items: executor.map(fn, items, name=lambda item: item[0], lost=lost)
 
 
 def _print_cohort(summary: dict, out) -> None:

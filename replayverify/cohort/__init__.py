@@ -34,6 +34,7 @@ from replayverify.cohort.runner import (
     run_cohort,
     run_records,
     run_task,
+    run_tasks,
     summarize,
     task_ids,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "run_cohort",
     "run_records",
     "run_task",
+    "run_tasks",
     "summarize",
     "task_ids",
     "unregister",

@@ -4,18 +4,18 @@ A task is one case through every method of one framework:
 ``"<framework>/<family>/<seed key>/<dtype>"``. ``task_ids(config)`` lists them in a
 fixed order, ``run_task(task_id, extra=...)`` runs one anywhere (a worker process, a
 Dask worker) and returns its records as plain dicts, and ``run_cohort`` maps them over
-a process pool (or any ``executor`` mapping function given) in order, so the records
-do not depend on the worker count, then writes records.jsonl, summary.json, report.md.
+an executor (``verifier/executors.py``: local processes or Dask) in task order, so the
+records do not depend on where they ran, appends each task's records to records.jsonl
+as it arrives (resumable, like the suite's), then writes summary.json and report.md.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import json
 import os
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +30,8 @@ from replayverify.cohort.cases import (
 )
 from replayverify.cohort.expected import expected_letter, extra_row
 from replayverify.untrusted import dumps
+from replayverify.verifier.executors import Executor, ProcessPool
+from replayverify.verifier.journal import open_journal
 
 
 class CohortError(ValueError):
@@ -43,6 +45,7 @@ class CohortConfig:
     extra: bool = False
     workers: int = 0  # 0: one per CPU
     out: Path | None = None
+    resume: bool = False  # continue the run in ``out`` (same frameworks, seeds, extra)
     command: str = "replayverify cohort"
     families: tuple[str, ...] = field(default=())  # () : all (with --extra: and extras)
 
@@ -142,61 +145,81 @@ def _run_one(args: tuple[str, bool]) -> list[dict]:
     return run_task(args[0], extra=args[1])
 
 
-Executor = Callable[[Callable[[tuple[str, bool]], list[dict]], list[tuple[str, bool]]],
-                    Iterable[list[dict]]]
+def _lost(item: tuple[str, bool], reason: str) -> list[dict]:
+    """A task every worker it was given to died on has no records to stand for it (the
+    records name the methods the framework would have run), so it stops the run."""
+    raise CohortError(f"cohort task {item[0]}: {reason}; the tasks before it are written "
+                      "(--resume continues with it)")
 
 
-def _pool_map(workers: int) -> Executor:
-    def mapper(fn, items):
-        if workers <= 1 or len(items) <= 1:
-            yield from map(fn, items)
-            return
-        ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
-        with ctx.Pool(workers) as pool:
-            yield from pool.imap(fn, items, chunksize=4)
-    return mapper
+def run_tasks(cfg: CohortConfig, executor: Executor | None = None,
+              skip: int = 0) -> Iterator[list[dict]]:
+    """Each task's records, in task order, from task number ``skip`` on.
+
+    ``executor`` says where tasks run (default: ``cfg.workers`` local processes; or a
+    ``DaskExecutor``, each Dask task keyed by its cohort task id); the records do not
+    depend on it.
+    """
+    executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1)
+    items = [(t, cfg.extra) for t in task_ids(cfg)[skip:]]
+    return executor.map(_run_one, items, name=lambda item: item[0], lost=_lost)
 
 
 def run_records(cfg: CohortConfig, executor: Executor | None = None,
                 on_task: Callable[[int], None] | None = None) -> Iterator[dict]:
-    """Records of every task in order (``executor(fn, items)`` maps fn over items in
-    order; default: a process pool of ``cfg.workers``)."""
-    workers = cfg.workers or os.cpu_count() or 1
-    mapper = executor or _pool_map(workers)
-    items = [(t, cfg.extra) for t in task_ids(cfg)]
-    for recs in mapper(_run_one, items):
+    """Records of every task in order (nothing written)."""
+    for recs in run_tasks(cfg, executor):
         if on_task is not None:
             on_task(1)
         yield from recs
 
 
+COHORT_FILES = {"records_bytes": "records.jsonl"}
+
+
+def run_meta(cfg: CohortConfig) -> dict:
+    """The options that change the records: ``--resume`` must be given the same."""
+    return {"frameworks": list(cfg.frameworks), "seeds": list(cfg.seeds), "extra": cfg.extra,
+            "families": list(cfg.families)}
+
+
 def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
                on_task: Callable[[int], None] | None = None) -> dict:
-    """Run the cohort, write its three files under ``cfg.out`` (if set); the summary."""
+    """Run (or with ``cfg.resume`` continue) the cohort; the summary.
+
+    With ``cfg.out``, each task's records are appended to records.jsonl and flushed as
+    it arrives (``verifier/journal.py``, as the suite does), so an interrupted run
+    loses nothing it reported and ``resume`` reruns only the tasks not completely
+    written; summary.json and report.md are then written from every record in the file.
+    ``on_task(n)`` is told of tasks done (on resume first of those already written).
+    """
     from replayverify.cohort.report import render_report
 
     check_config(cfg)
     start = time.perf_counter()
-    records = []
     out = cfg.out
-    fh = None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        fh = open(out / "records.jsonl", "w", encoding="utf-8")
-    try:
-        for rec in run_records(cfg, executor, on_task):
-            records.append(rec)
-            if fh is not None:
-                fh.write(dumps(rec) + "\n")
-    finally:
-        if fh is not None:
-            fh.close()
+    if out is None:
+        records = list(run_records(cfg, executor, on_task))
+        return summarize(cfg, records, time.perf_counter() - start)
+    with open_journal(out, run_meta(cfg), COHORT_FILES, resume=cfg.resume, what="cohort",
+                      error=CohortError) as journal:
+        if on_task is not None and journal.done:
+            on_task(journal.done)
+        for recs in run_tasks(cfg, executor, skip=journal.done):
+            journal.append({"records_bytes": "".join(dumps(r) + "\n" for r in recs).encode()})
+            if on_task is not None:
+                on_task(1)
+    records = read_records(out / "records.jsonl")
     summary = summarize(cfg, records, time.perf_counter() - start)
-    if out is not None:
-        (out / "summary.json").write_text(dumps(summary, indent=2) + "\n",
-                                          encoding="utf-8")
-        (out / "report.md").write_text(render_report(summary, records), encoding="utf-8")
+    (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(render_report(summary, records), encoding="utf-8")
     return summary
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of a cohort's records.jsonl, in file order."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
 
 
 def summarize(cfg: CohortConfig, records: list[dict], seconds: float) -> dict:

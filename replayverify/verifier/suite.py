@@ -5,7 +5,8 @@ program's records are written and flushed as one block), and a killed run resume
 to exactly the records of an uninterrupted one: ``progress.jsonl`` holds the suite's
 parameters on its first line and, after each complete program, one appended line with
 the byte lengths of ``records.jsonl`` and ``programs.jsonl``; ``--resume`` truncates
-both to the last complete line and continues with the next program.
+both to the last complete line and continues with the next program (the mechanics
+are ``verifier/journal.py``'s, which the cohort shares).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from replayverify.programs.model import Program
 from replayverify.untrusted import dumps
 from replayverify.verifier.compare import Verdict
 from replayverify.verifier.executors import Executor, ProcessPool, TaskTimeout, time_limit
+from replayverify.verifier.journal import Journal, open_journal
 from replayverify.verifier.records import Check, Record, make_record
 from replayverify.verifier.records import Outcome as Verdicts
 
@@ -209,42 +211,19 @@ def _lost(job: Job, reason: str) -> Outcome:
                                      Verdict(Verdicts.ERROR, None, f"lost: {reason}"))], {})
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+SUITE_FILES = {"records_bytes": "records.jsonl", "stats_bytes": "programs.jsonl"}
 
 
-def _prepare(cfg: SuiteConfig) -> tuple[dict, list[dict]]:
-    """Open the output directory; on resume, truncate to the last complete program."""
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    records = cfg.out / "records.jsonl"
-    progress = cfg.out / "progress.jsonl"
-    stats_path = cfg.out / "programs.jsonl"
+def _prepare(cfg: SuiteConfig) -> tuple[Journal, list[dict]]:
+    """Open the output directory; on resume, truncated to the last complete program."""
     meta = {"programs": cfg.programs, "seed": cfg.seed, "family": cfg.family,
             "shard": list(cfg.shard), "mutants": cfg.mutants,
             "engines": list(cfg.engines) if cfg.engines else None}
-    if cfg.resume and progress.exists():
-        lines = progress.read_text().split("\n")
-        if json.loads(lines[0]) != meta:
-            raise SuiteError(f"--resume: {cfg.out} holds a different suite ({lines[0]})")
-        marks = [json.loads(x) for x in lines[1:-1]]  # the last piece may be cut short
-        last = marks[-1] if marks else {"done": 0, "records_bytes": 0, "stats_bytes": 0}
-        with open(records, "r+b") as fh:
-            fh.truncate(last["records_bytes"])
-        with open(stats_path, "r+b") as fh:
-            fh.truncate(last["stats_bytes"])
-        _write_atomic(progress, "".join(json.dumps(x) + "\n" for x in [meta, *marks]))
-    else:
-        if not cfg.resume and records.exists() and records.stat().st_size:
-            raise SuiteError(f"{records} exists: pass --resume to continue it, or choose "
-                             "another --out")
-        records.write_bytes(b"")
-        stats_path.write_bytes(b"")
-        last = {"done": 0, "records_bytes": 0, "stats_bytes": 0}
-        _write_atomic(progress, json.dumps(meta) + "\n")
+    journal = open_journal(cfg.out, meta, SUITE_FILES, resume=cfg.resume, what="suite",
+                           error=SuiteError)
+    stats_path = cfg.out / SUITE_FILES["stats_bytes"]
     stats = [json.loads(line) for line in stats_path.read_text().splitlines() if line]
-    return last, stats
+    return journal, stats
 
 
 def run_suite(cfg: SuiteConfig,
@@ -260,26 +239,19 @@ def run_suite(cfg: SuiteConfig,
 
     start = time.perf_counter()
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
-    last, stats = _prepare(cfg)
-    done = last["done"]
+    journal, stats = _prepare(cfg)
+    done = journal.done
     executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1)
     jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
     if on_program is not None and done:
         on_program(None, done)
-    with open(cfg.out / "records.jsonl", "ab") as rec_fh, \
-            open(cfg.out / "programs.jsonl", "ab") as stat_fh, \
-            open(cfg.out / "progress.jsonl", "a", encoding="utf-8") as prog_fh:
+    with journal:
         for outcome in executor.map(run_job, jobs, name=lambda j: str(j.pid), lost=_lost):
-            rec_fh.write("".join(r.to_json() + "\n" for r in outcome.records).encode())
-            rec_fh.flush()
             line = {"program": outcome.pid, **outcome.stats}
-            stat_fh.write((dumps(line, sort_keys=True) + "\n").encode())
-            stat_fh.flush()
+            journal.append({
+                "records_bytes": "".join(r.to_json() + "\n" for r in outcome.records).encode(),
+                "stats_bytes": (dumps(line, sort_keys=True) + "\n").encode()})
             stats.append(line)
-            done += 1
-            prog_fh.write(json.dumps({"done": done, "records_bytes": rec_fh.tell(),
-                                      "stats_bytes": stat_fh.tell()}) + "\n")
-            prog_fh.flush()
             if on_program is not None:
                 on_program(outcome, 1)
     records = read_records(cfg.out / "records.jsonl")

@@ -155,7 +155,6 @@ def test_a_task_whose_workers_all_die_becomes_its_lost_result(local2, batch):
 
 @needs_dask
 def test_cohort_on_a_local_cluster_gives_the_records_of_a_local_run(local2, tmp_path):
-    from replayverify.cli import _cohort_mapper
     from replayverify.cohort.runner import CohortConfig, run_cohort
 
     def config(out):
@@ -164,7 +163,7 @@ def test_cohort_on_a_local_cluster_gives_the_records_of_a_local_run(local2, tmp_
 
     run_cohort(config(tmp_path / "local"))
     run_cohort(config(tmp_path / "dask"),
-               executor=_cohort_mapper(DaskExecutor(local2.client, label="cohort")))
+               executor=DaskExecutor(local2.client, label="cohort"))
     assert lines(tmp_path / "dask") == lines(tmp_path / "local")
     assert len(lines(tmp_path / "local")) == 100
 

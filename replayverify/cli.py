@@ -52,7 +52,8 @@ def dask_option(command):
         "--dask", "dask", metavar="ADDRESS", default=None,
         help="Run on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] for "
              "N worker processes here (needs the dask extra; see docs/distributed.md). "
-             "Records, --resume and --shard are as for a local run; --workers is then "
+             "Records, --resume (and the suite's --shard) are as for a local run; "
+             "--workers is then "
              "ignored.")(command)
 
 

@@ -7,9 +7,8 @@ returning one. Built-in adapters import their framework only when they run.
 
 from __future__ import annotations
 
-import importlib
-
 from replayverify.cohort.adapter import Adapter
+from replayverify.plugins import load, not_a
 
 BUILTIN = {
     "torch": "replayverify.cohort.torch_adapter:TorchAdapter",
@@ -20,9 +19,7 @@ _REGISTRY: dict[str, Adapter] = {}
 _RESOLVED: dict[str, Adapter] = {}
 
 
-def _not_an_adapter(what: object) -> str:
-    return (f"{what!r} is not a cohort adapter: it needs name, label, missing(), version(), "
-            "methods(), draw_tape(case) and run(case, method)")
+_NEEDS = "name, label, missing(), version(), methods(), draw_tape(case) and run(case, method)"
 
 
 def register(name: str, adapter: Adapter) -> Adapter:
@@ -32,7 +29,7 @@ def register(name: str, adapter: Adapter) -> Adapter:
     if name in BUILTIN or name in _REGISTRY:
         raise ValueError(f"a cohort adapter named {name!r} is already registered")
     if not isinstance(adapter, Adapter):
-        raise TypeError(_not_an_adapter(adapter))
+        raise TypeError(not_a(adapter, "cohort adapter", _NEEDS))
     _REGISTRY[name] = adapter
     return adapter
 
@@ -45,21 +42,9 @@ def unregister(name: str) -> None:
 
 
 def _load(spec: str) -> Adapter:
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"unknown cohort framework {spec!r}; known: "
-                         f"{', '.join([*BUILTIN, *_REGISTRY])} (or module:attr)")
-    try:
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load cohort adapter {spec!r}: {exc}") from None
-    if isinstance(obj, type) or (not isinstance(obj, Adapter) and callable(obj)):
-        obj = obj()  # a class or a factory
-    if not isinstance(obj, Adapter):
-        raise ValueError(_not_an_adapter(spec))
-    return obj
+    return load(spec, kind="cohort adapter", accepts=lambda o: isinstance(o, Adapter),
+                known=", ".join([*BUILTIN, *_REGISTRY]), needs=_NEEDS,
+                unknown="cohort framework")
 
 
 def get(spec: str) -> Adapter:

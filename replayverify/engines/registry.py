@@ -7,8 +7,6 @@ built-in ones; a name already taken is refused.
 
 from __future__ import annotations
 
-import importlib
-
 from replayverify.engines import mutants as m
 from replayverify.engines.base import Engine
 from replayverify.engines.strategies import (
@@ -20,6 +18,7 @@ from replayverify.engines.strategies import (
     StrategyEngine,
     Whole,
 )
+from replayverify.plugins import load, not_a
 
 ENGINES = ("eager", "whole", "readset", "region", "guarded")
 MUTANT_PREFIX = "mutant:"
@@ -61,9 +60,7 @@ _BUILTIN = frozenset(_REGISTRY)
 _RESOLVED: dict[str, Engine] = {}
 
 
-def _not_an_engine(what: object) -> str:
-    return f"{what!r} is not an engine: it needs a name and a run(program, *, admission=None) " \
-        "method"
+_NEEDS = "a name and a run(program, *, admission=None) method"
 
 
 def register(name: str, engine: Engine) -> Engine:
@@ -73,7 +70,7 @@ def register(name: str, engine: Engine) -> Engine:
     if name in _REGISTRY:
         raise ValueError(f"an engine named {name!r} is already registered")
     if not isinstance(engine, Engine):
-        raise TypeError(_not_an_engine(engine))
+        raise TypeError(not_a(engine, "engine", _NEEDS))
     _REGISTRY[name] = engine
     return engine
 
@@ -98,20 +95,8 @@ def resolve(spec: str) -> str:
     if spec.startswith("policy:"):
         _RESOLVED[spec] = PolicyEngine(tuple(spec[len("policy:"):].split(",")))
         return spec
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"unknown engine {spec!r}; known: {', '.join(_REGISTRY)} "
-                         "(or module:attr, or policy:eager,region,...)")
-    try:
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load engine {spec!r}: {exc}") from None
-    if not isinstance(obj, Engine) and callable(obj):
-        obj = obj()
-    if not isinstance(obj, Engine):
-        raise ValueError(_not_an_engine(spec))
+    obj = load(spec, kind="engine", accepts=lambda o: isinstance(o, Engine),
+               known=", ".join(_REGISTRY), needs=_NEEDS, also=", or policy:eager,region,...")
     _RESOLVED[spec] = obj
     return spec
 

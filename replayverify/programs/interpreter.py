@@ -607,15 +607,19 @@ def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
 
 @quiet
 def reverse_sweep(ex: Execution, reverse: Mapping[OpKind, ReverseRule | None] = REVERSE,
-                  operands: Callable[[OpValues], Operands] | None = None) -> np.ndarray:
+                  operands: Callable[[OpValues], Operands] | None = None,
+                  dtype: type = np.longdouble) -> np.ndarray:
     """vbar_p(k) += vbar_k * f_k'(v_p(k)) over the version graph, in reverse op order.
+
+    ``dtype`` is the adjoints' precision (extended by default; the engine checks sweep in
+    float64 once to tell an engine's float64 overflow from a wrong replay).
 
     ``operands`` may substitute the operand values a rule sees (the final-storage
     control does); by default they are the recorded historical versions.
     """
     # Adjoints accumulate in extended precision where the platform has it (x86: 80-bit),
     # so the reference's own rounding stays well below the tolerance it judges with.
-    adj = np.zeros(ex.n_nodes, dtype=np.longdouble)
+    adj = np.zeros(ex.n_nodes, dtype=dtype)
     _accumulate(adj, ex.loss_vids, np.asarray(ex.program.loss.weights, dtype=np.float64))
     for rec, ver in zip(reversed(ex.records), reversed(ex.versions)):
         rule = reverse[rec.op.kind]

@@ -20,7 +20,7 @@ import numpy as np
 
 from replayverify import engines as registry
 from replayverify.engines.base import Engine, EngineResult
-from replayverify.programs.interpreter import Execution, execute
+from replayverify.programs.interpreter import Execution, execute, reverse_sweep
 from replayverify.programs.model import Program
 from replayverify.verifier.bytes_check import diff_states
 from replayverify.verifier.compare import Verdict, compare_gradients
@@ -45,7 +45,39 @@ def gradient_verdict(result: EngineResult, execution: Execution,
     if reference is None:  # no forward-Jacobian gradient: fall back to the version graph
         reference, note = execution.gradient, " (against the version graph)"
     v = compare_gradients(result.gradient, reference, execution.program)
+    if v.outcome is Outcome.DIVERGE:
+        overflow = float64_overflow(result.gradient, reference, execution)
+        if overflow:
+            return Verdict(Outcome.UNSUPPORTED, None, overflow + note)
     return Verdict(v.outcome, v.max_abs_err, v.detail + note)
+
+
+def float64_overflow(g: np.ndarray, reference: np.ndarray, execution: Execution) -> str:
+    """Why an engine's non-finite entries are float64's, not the replay's, or "".
+
+    Engines accumulate adjoints in float64; the references in extended precision, where
+    an intermediate adjoint near 1e308 may stay finite. When every entry where the engine
+    is not finite is exactly what the version graph swept in float64 gives, and every other
+    entry matches the reference within tolerance, the engine replayed correctly and only
+    float64 overflowed: nothing can be compared there (``unsupported``), as for a
+    non-finite reference.
+    """
+    g = np.asarray(g, np.float64)
+    reference = np.asarray(reference, np.float64)
+    bad = ~np.isfinite(g) & np.isfinite(reference)
+    if not bad.any():
+        return ""
+    finite = np.isfinite(g)
+    if finite.any() and compare_gradients(g[finite], reference[finite],
+                                          execution.program).outcome is not Outcome.MATCH:
+        return ""
+    g64 = reverse_sweep(execution, dtype=np.float64)
+    if not np.array_equal(g[~finite], g64[~finite], equal_nan=True):
+        return ""
+    j = int(np.flatnonzero(bad)[0])
+    return (f"the gradient overflows float64 at coordinate {j}: {float(g[j])!r}, as the "
+            "version graph swept in float64 gives, vs the extended-precision reference "
+            f"{float(reference[j])!r} (nothing compared there)")
 
 
 def bytes_verdict(result: EngineResult, execution: Execution) -> Verdict:

@@ -212,9 +212,52 @@ class Case:
     how: str  # "text", "dict" or a CLI command
 
 
+NUMERIC_KEYS = ("a", "b", "c", "sigma", "keep", "k", "values", "weights")
+EXTREME_FLOATS = [0.0, -0.0, 5e-324, -5e-324, 1e-300, 1e-30, 1e-8, 0.5, 1.0, -1.0, 1e8,
+                  1e154, -1e154, 1e300, -1e300, 1.7e308, -1.7e308, 3.4e38, -3.4e38]
+
+
+def _numeric_paths(doc: Any) -> list[tuple]:
+    """Paths of the numbers a valid program may hold extreme values in (coefficients,
+    init values, loss weights): changing them keeps the program's structure."""
+    out = []
+    for path in _paths(doc):
+        if path and any(k in NUMERIC_KEYS for k in path if isinstance(k, str)):
+            value = _get(doc, path)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out.append(path)
+    return out
+
+
+@st.composite
+def extreme_values(draw) -> Case:
+    """A hand-written program with extreme but (mostly) valid numbers, checked or run: no
+    structural change, so a correct verifier gives exit 0 (or 2 where a value does not fit
+    the view's dtype) and never a false ``diverge`` or ``missed``."""
+    doc = json.loads(draw(st.sampled_from(PROGRAM_SEEDS)).read_text())
+    paths = _numeric_paths(doc)
+    for _ in range(draw(st.integers(1, 4))):
+        path = draw(st.sampled_from(paths))
+        old = _get(doc, path)
+        if path[-1] == "keep" or (len(path) > 1 and path[-2] == "keep"):
+            new: Any = draw(st.sampled_from([1e-300, 1e-30, 1e-8, 0.5, 1.0]))
+        elif isinstance(old, int) and path[-1] == "k":
+            new = draw(st.sampled_from([0, 1, -1, 2**31 - 1, -(2**31), 2**63 - 1]))
+        elif isinstance(old, int) and not isinstance(old, bool) and "values" in path:
+            new = draw(st.sampled_from([0, 1, -1, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)]))
+        else:
+            new = draw(st.sampled_from(EXTREME_FLOATS))
+        doc = apply(doc, ("set", path, new))
+    how = draw(st.sampled_from(["check", "check", "run"]))
+    return Case(False, doc, json.dumps(doc), how)
+
+
 @st.composite
 def cases(draw) -> Case:
-    """A mutated program or card and a way to feed it in. Shrinks towards few changes."""
+    """A mutated program or card and a way to feed it in. Shrinks towards few changes.
+    One case in four keeps a program's structure and makes its numbers extreme."""
+    if draw(st.integers(0, 3)) == 0:
+        return draw(extreme_values())
     card = draw(st.booleans())
     seeds = CARD_SEEDS if card else [json.loads(p.read_text()) for p in PROGRAM_SEEDS]
     doc = draw(st.sampled_from(seeds))
@@ -257,7 +300,11 @@ def _cli(case: Case, tmp: Path) -> tuple[str, list[str]]:
         problems.append(f"raised {type(res.exception).__name__}: {res.exception!s:.200}")
     ok_codes = (0, 1, 2) if case.how == "plan" else (0, 2)  # plan: 1 = no policy fits
     if res.exit_code not in ok_codes:
-        problems.append(f"exit {res.exit_code}: {res.stdout[-300:]!r}")
+        bad = [f"{r['check']}/{r['engine']} {r['outcome']}: {r['detail'][:150]}"
+               for r in map(json.loads, res.stdout.splitlines()[:200] if case.how == "check"
+                            else [])
+               if r["outcome"] in ("diverge", "error", "missed")]
+        problems.append(f"exit {res.exit_code}: {'; '.join(bad[:3]) or res.stdout[-300:]!r}")
     if "Traceback" in res.stderr or "Warning" in res.stderr:
         problems.append(f"stderr: {res.stderr[:300]!r}")
     if res.exit_code == 2:

@@ -392,3 +392,37 @@ def test_final_storage_below_tolerance_is_unsupported_with_the_effect() -> None:
     [r] = [r for r in _checked(doc) if r.check == "control:final-storage"]
     assert r.outcome == "unsupported" and "change the gradient by" in r.detail, r.detail
     assert r.max_abs_err is not None and 0 < r.max_abs_err
+
+
+def test_float64_overflow_in_the_engines_is_not_a_false_alarm() -> None:
+    doc = json.loads((ROOT / "tests/programs/checkers/overwritten-operand.json").read_text())
+    doc["init"][0]["values"][2] = 1.7e308  # tanh(1.5 * x): a*x overflows float64 only
+    records = _checked(doc)
+    engines = [r for r in records if r.check == "gradient" and r.engine]
+    assert engines and all(r.outcome == "unsupported" for r in engines), [
+        (r.engine, r.outcome, r.detail) for r in engines]
+    assert "overflows float64 at coordinate 2" in engines[0].detail
+    assert not [r for r in records if r.failing]
+
+
+def test_a_wrong_engine_gradient_still_diverges_next_to_float64_overflow() -> None:
+    import numpy as np
+
+    from replayverify.programs import execute
+    from replayverify.verifier.engine_checks import float64_overflow
+    from replayverify.verifier.forward_jacobian import forward_jacobian
+
+    doc = json.loads((ROOT / "tests/programs/checkers/overwritten-operand.json").read_text())
+    doc["init"][0]["values"][2] = 1.7e308
+    ex = execute(load_program(doc))
+    ref = np.asarray(forward_jacobian(ex.program).gradient, np.float64)
+    assert np.isfinite(ref).all()
+    good = ref.copy()
+    good[2] = np.nan
+    assert float64_overflow(good, ref, ex)
+    wrong = good.copy()
+    wrong[0] += 1.0  # a finite entry off by more than the tolerance
+    assert float64_overflow(wrong, ref, ex) == ""
+    other = ref.copy()
+    other[2] = np.inf  # not what the float64 sweep gives
+    assert float64_overflow(other, ref, ex) == ""

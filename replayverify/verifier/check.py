@@ -37,6 +37,7 @@ REFERENCE_CHECKS = CHECKS[1:]
 ENGINE_CHECKS = (Check.GRADIENT, Check.BYTES)  # the checks engine_records reports per engine
 
 
+SECOND_H = 1e-20  # the complex step's second step size, to test a diverge for stability
 MAX_SHADOW_BYTES = 2 * 2**30  # the most a derivative reference may allocate, all arrays
 
 
@@ -111,7 +112,24 @@ def complex_step_verdict(ex: Execution) -> Verdict:
                        "bytes): not run")
     if not cs.supported:
         return Verdict(Outcome.UNSUPPORTED, None, f"{cs.reason} (nothing compared)")
-    return compare_gradients(ex.gradient, cs.gradient, ex.program, both_references=True)
+    v = compare_gradients(ex.gradient, cs.gradient, ex.program, both_references=True)
+    if v.outcome is Outcome.DIVERGE and cs.perturbed is not None:
+        return Verdict(Outcome.UNSUPPORTED, None, f"the complex step left the linear regime "
+                       f"at op {cs.perturbed} (its real parts moved away from the forward "
+                       f"pass: i*h times a huge coefficient is no small step), so it cannot "
+                       f"judge here: {v.detail}")
+    if v.outcome is Outcome.DIVERGE:
+        # With h = 1e-200 the imaginary parts leave float64's normal range when a
+        # derivative is below ~1e-108 (or far above 1): a step that changes with h cannot
+        # judge. A diverge stands only when a second step, h = 1e-20, agrees with it.
+        again = complex_step(ex.program, refusal=ex.admission.reason, h=SECOND_H)
+        stable = compare_gradients(cs.gradient, again.gradient, ex.program,
+                                   both_references=True)
+        if stable.outcome is not Outcome.MATCH:
+            return Verdict(Outcome.UNSUPPORTED, None, "the complex step changes with h "
+                           f"(1e-200 vs {SECOND_H:g}: {stable.detail}), so it cannot judge "
+                           f"here: {v.detail}")
+    return v
 
 
 def bytes_verdict(ex: Execution) -> Verdict:

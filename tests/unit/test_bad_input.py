@@ -426,3 +426,22 @@ def test_a_wrong_engine_gradient_still_diverges_next_to_float64_overflow() -> No
     other = ref.copy()
     other[2] = np.inf  # not what the float64 sweep gives
     assert float64_overflow(other, ref, ex) == ""
+
+
+def test_complex_step_out_of_range_is_unsupported_not_diverge() -> None:
+    doc = json.loads((ROOT / "tests/programs/checkers/no-hazard.json").read_text())
+    doc["ops"][0]["a"] = 1e-300  # h * a underflows: the step sees no derivative at all
+    doc["loss"]["weights"][0] = 1e300  # while the true gradient is 0.8
+    [r] = [r for r in _checked(doc) if r.check == "complex-step"]
+    assert r.outcome == "unsupported" and "changes with h" in r.detail, r.detail
+    doc = json.loads((ROOT / "tests/programs/checkers/no-hazard.json").read_text())
+    [r] = [r for r in _checked(doc) if r.check == "complex-step"]
+    assert r.outcome == "match"
+
+
+def test_complex_step_with_a_huge_perturbation_is_unsupported() -> None:
+    doc = json.loads((ROOT / "tests/programs/checkers/no-hazard.json").read_text())
+    doc["ops"][0]["a"] = -1e300  # a * i*h = -1e100 i: not a small step
+    doc["init"][0]["values"][0] = 1e-300
+    [r] = [r for r in _checked(doc) if r.check == "complex-step"]
+    assert r.outcome == "unsupported" and "linear regime at op 0" in r.detail, r.detail

@@ -129,7 +129,38 @@ def complex_step_verdict(ex: Execution) -> Verdict:
             return Verdict(Outcome.UNSUPPORTED, None, "the complex step changes with h "
                            f"(1e-200 vs {SECOND_H:g}: {stable.detail}), so it cannot judge "
                            f"here: {v.detail}")
+        extreme = extreme_magnitude(ex)
+        if extreme:
+            return Verdict(Outcome.UNSUPPORTED, None, f"{extreme}: beyond the range the "
+                           f"complex step resolves with h = 1e-200, so it cannot judge here: "
+                           f"{v.detail}")
     return v
+
+
+RESOLVED = (1e-100, 1e100)  # magnitudes whose products with h (and tangents) stay normal
+
+
+def extreme_magnitude(ex: Execution) -> str:
+    """The first float coefficient or operand value of magnitude outside [1e-100, 1e100]
+    (zero aside), or "": with h = 1e-200 its product with an imaginary part underflows
+    (a subnormal coefficient makes i*a*h exactly 0) or is no small step."""
+    lo, hi = RESOLVED
+    for rec in ex.records:
+        if not rec.float_op:
+            continue
+        for c in rec.op.spec.coefs:
+            mag = abs(float(rec.op.coef(c.name)))
+            if mag and not lo <= mag <= hi:
+                return f"op {rec.index} coefficient {c.name} = {rec.op.coef(c.name)!r}"
+        for f, vals in rec.operands.items():
+            if f == "index":
+                continue
+            mag = np.abs(np.asarray(vals, np.float64))
+            odd = (mag > 0) & ((mag < lo) | (mag > hi))
+            if odd.any():
+                j = int(np.flatnonzero(odd)[0])
+                return f"op {rec.index} operand {f} element {j} = {float(vals[j])!r}"
+    return ""
 
 
 def bytes_verdict(ex: Execution) -> Verdict:

@@ -364,8 +364,10 @@ def run_case(case: Case, tmp: Path, time_limit: float | None = None) -> Result:
 # ---------------------------------------------------------------- the campaign
 
 
-def campaign(examples: int, seed: int, time_limit: float, tmp: Path) -> int:
-    """Run ``examples`` cases; print one summary line (and each failure); 0 iff all pass."""
+def campaign(examples: int, seed: int, time_limit: float, tmp: Path,
+             keep: Path | None = None) -> int:
+    """Run ``examples`` cases; print one summary line (and each failure); 0 iff all pass.
+    ``keep``: a directory to write each failing input to (fail-N.json, how in fail-N.txt)."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
@@ -384,6 +386,13 @@ def campaign(examples: int, seed: int, time_limit: float, tmp: Path) -> int:
         slowest[0] = max(slowest[0], res.seconds)
         peak[0] = max(peak[0], res.peak)
         if res.problems:
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                n = len(failures)
+                (keep / f"fail-{n}.json").write_text(
+                    case.text if case.text is not None else repr(case.doc),
+                    encoding="utf-8", errors="surrogatepass")
+                (keep / f"fail-{n}.txt").write_text(f"{case.how}\n{res.problems}\n")
             failures.append(f"{res.outcome}: {'; '.join(res.problems)} | input "
                             f"{(case.text or repr(case.doc))[:200]!r}")
 
@@ -405,6 +414,8 @@ if __name__ == "__main__":
     ap.add_argument("--examples", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-limit", type=float, default=5.0)
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="write each failing input to this directory")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        sys.exit(campaign(a.examples, a.seed, a.time_limit, Path(d)))
+        sys.exit(campaign(a.examples, a.seed, a.time_limit, Path(d), a.keep))

@@ -445,3 +445,12 @@ def test_complex_step_with_a_huge_perturbation_is_unsupported() -> None:
     doc["init"][0]["values"][0] = 1e-300
     [r] = [r for r in _checked(doc) if r.check == "complex-step"]
     assert r.outcome == "unsupported" and "linear regime at op 0" in r.detail, r.detail
+
+
+def test_complex_step_with_a_subnormal_coefficient_is_unsupported() -> None:
+    doc = json.loads((ROOT / "tests/programs/checkers/no-hazard.json").read_text())
+    doc["ops"][0]["a"] = 5e-324  # i*a*h is exactly 0 for any usable h
+    doc["init"][0]["values"] = [0.4, 1.7e308, 1e300]
+    doc["loss"]["weights"] = [1, 1e300, 3]
+    [r] = [r for r in _checked(doc) if r.check == "complex-step"]
+    assert r.outcome == "unsupported" and "coefficient a = 5e-324" in r.detail, r.detail

@@ -163,3 +163,24 @@ def test_replay_rebuilds_and_checks_any_id(tmp_path):
         assert load_program(tmp_path / "p.json") == ProgramId.parse(pid).build()[0]
     bad = runner.invoke(main, ["replay", "s0/nope/1"])
     assert bad.exit_code == 2 and "unknown family" in bad.output
+
+
+def test_a_suite_program_is_executed_once_per_generation_attempt(monkeypatch):
+    """The suite checks the execution with which the generator accepted the program: the
+    interpreter runs once per attempt, never again for the checks or the statistics."""
+    import importlib
+
+    from replayverify.verifier.suite import Job, run_job
+
+    gen, check, engine_checks = (importlib.import_module(f"replayverify.{m}") for m in (
+        "programs.generate", "verifier.check", "verifier.engine_checks"))
+
+    calls = []
+    for module in (gen, check, engine_checks):
+        real = module.execute
+        monkeypatch.setattr(module, "execute",
+                            lambda p, _real=real, **kw: calls.append(p.name) or _real(p, **kw))
+    pid = ProgramId(0, "derivative", 3)
+    out = run_job(Job(pid, None, False, 60.0))
+    assert not any(r.failing for r in out.records)
+    assert len(calls) == out.stats["attempts"]

@@ -222,7 +222,7 @@ def _record_table(records: list, n_files: int) -> str:
               help="Suite seed: same seed, same programs and records on any machine.")
 @click.option("--family", type=str, default=None,
               help="Only this family (derivative, bytes, alias, complex, mixed, default, "
-                   "hazard); default: derivative, bytes, alias, complex in turn.")
+                   "hazard); default: derivative, bytes, alias, complex, mixed in turn.")
 @click.option("--workers", type=click.IntRange(min=0), default=0,
               help="Worker processes (default: one per CPU). Records do not depend on it.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="suite-out",

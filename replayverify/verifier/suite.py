@@ -31,7 +31,7 @@ from replayverify.verifier.journal import Journal, open_journal
 from replayverify.verifier.records import Check, Record, make_record
 from replayverify.verifier.records import Outcome as Verdicts
 
-SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex")  # the default suite's mix
+SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex", "mixed")  # the default mix
 DEFAULT_TIMEOUT = 60.0
 
 

@@ -16,7 +16,7 @@ from replayverify.verifier.complex_step import complex_step
 from replayverify.verifier.forward_jacobian import forward_jacobian
 from replayverify.verifier.records import tolerance
 
-FAMILIES = ("default", "derivative", "bytes", "alias", "complex")
+FAMILIES = ("default", "derivative", "bytes", "alias", "complex", "mixed", "hazard")
 indices = st.integers(min_value=0, max_value=2**20)  # shrinks towards program 0
 
 

@@ -7,6 +7,7 @@ from replayverify.programs import execute, generate, load_program
 from replayverify.programs.format import program_to_dict
 from replayverify.programs.generate import HAZARDS, hazard_of, view_kind
 from replayverify.verifier.engine_checks import mutant_records
+from replayverify.verifier.suite import SUITE_FAMILIES, suite_ids
 
 # sha256 prefixes of programs generated before the new families existed: adding families
 # must not change what the existing ones generate for the same (seed, index, family)
@@ -26,6 +27,11 @@ def test_existing_families_generate_the_same_programs(family):
     got = [generate(0, i, family).sha256[:16] for i in (0, 1, 7)] + \
         [generate(3, 11, family).sha256[:16]]
     assert got == PINNED[family]
+
+
+def test_the_default_rotation_gains_mixed():
+    assert SUITE_FAMILIES == ("derivative", "bytes", "alias", "complex", "mixed")
+    assert [p.family for p in suite_ids(6, 0)] == list(SUITE_FAMILIES) + ["derivative"]
 
 
 @pytest.mark.parametrize("family", ["mixed", "hazard"])

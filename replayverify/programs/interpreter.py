@@ -172,7 +172,8 @@ class OpValues:
     read before any write of the op, flat in row-major element order; ``draws``: the
     random values it consumed (flat; None when it draws nothing); ``where``: the flat
     dst positions it wrote (None: all, in order); ``values``: what it wrote there (flat,
-    dst dtype; None in a record a recovery made, which backward does not need).
+    dst dtype; None in the interpreter's records and in a record a recovery made, which
+    backward does not need).
     """
 
     index: int
@@ -581,7 +582,9 @@ def execute(program: Program, *, record_boundaries: bool = True,
         starts = dst.starts if ev.where is None else dst.starts[ev.where]
         out = nodes.add(k, DTYPE_CODE[dst.view.dtype], starts)
         writers.write(dst, ev.where, out)
-        records.append(ev)
+        # the written values stay in the state; no reverse rule or check reads them from
+        # the record, which would hold a second copy of everything written
+        records.append(replace(ev, values=None))
         versions.append(OpVersions(read_vids, out))
         if record_boundaries and (k + 1) in cuts:
             boundaries += [state.snapshot()] * cuts.count(k + 1)

@@ -55,6 +55,14 @@ def reference_bytes(program: Program, check: str) -> tuple[int, int]:
     destination), the inputs' seeds or the loss's tangents and weighted product. Each of
     those is (elements x coordinates) in the reference's precision.
     """
+    key = ("reference_bytes", str(check))
+    hit = program.derived.get(key)
+    if hit is None:
+        hit = program.derived[key] = _reference_bytes(program, check)
+    return hit
+
+
+def _reference_bytes(program: Program, check: str) -> tuple[int, int]:
     lay = layouts(program)
     coords = sum(lay[name].size for name in program.inputs)
     if check == Check.FORWARD_JACOBIAN:

@@ -170,27 +170,45 @@ class _Shadow:
         self.addr = addresses(program)
         self.tangent = np.zeros((self.addr.count, n_coords), dtype=precision)
         self.tags = {b.name: np.full(b.nbytes, CONST, np.int64) for b in program.buffers}
+        # per float view, its element addresses repeated per byte, (elements, itemsize):
+        # the tags its own writes leave (derived once per program, like the addresses)
+        self.own_bytes = program.derived.setdefault("address_bytes", {})
+
+    def _own_bytes(self, layout: ViewLayout) -> np.ndarray:
+        rep = self.own_bytes.get(layout.view.name)
+        if rep is None:
+            own = self.addr.of_view[layout.view.name]
+            rep = np.repeat(own, layout.dtype.itemsize).reshape(layout.size, -1)
+            rep.setflags(write=False)
+            self.own_bytes[layout.view.name] = rep
+        return rep
 
     def read(self, layout: ViewLayout) -> tuple[np.ndarray, int | None]:
         """Tangents (elements, coordinates) of a float view; the first undefined element."""
         own = self.addr.of_view[layout.view.name]
         tags = self.tags[layout.view.buffer][layout.byte_index].reshape(layout.size, -1)
-        mine = np.all(tags == own[:, None], axis=1)
-        const = np.all(tags == CONST, axis=1)
+        eq = tags == self._own_bytes(layout)
+        if eq.all():  # every element last written whole at its own address
+            return self.tangent[own], None
+        mine = eq.all(axis=1)
+        const = (tags == CONST).all(axis=1)
         bad = ~(mine | const)
         first = int(np.flatnonzero(bad)[0]) if bad.any() else None
         return np.where(mine[:, None], self.tangent[own], 0.0), first
 
     def write(self, layout: ViewLayout, tangent: np.ndarray | None, where) -> None:
         """Tangents of the written elements (None: an integer write, tangent undefined)."""
-        pos = slice(None) if where is None else where
-        item = layout.dtype.itemsize
         if tangent is None:
             self.tags[layout.view.buffer][layout.bytes_of(where)] = INT_WRITTEN
             return
-        own = self.addr.of_view[layout.view.name][pos]
-        self.tangent[own] = tangent
-        self.tags[layout.view.buffer][layout.bytes_of(where)] = np.repeat(own, item)
+        own = self.addr.of_view[layout.view.name]
+        rep = self._own_bytes(layout)
+        if where is None:
+            self.tangent[own] = tangent
+            self.tags[layout.view.buffer][layout.byte_index] = rep.reshape(-1)
+        else:
+            self.tangent[own[where]] = tangent
+            self.tags[layout.view.buffer][layout.bytes_of(where)] = rep[where].reshape(-1)
 
     def why(self, layout: ViewLayout, j: int, what: str) -> str:
         tags = self.tags[layout.view.buffer][layout.bytes_of(np.array([j]))]
@@ -242,10 +260,10 @@ def forward_jacobian(
         rule = tangent[op.kind]
         if rule is None:
             raise ValueError(f"op {k}: {op.kind.value} writes a float view but has no tangent")
-        with np.errstate(over="ignore", invalid="ignore"):  # sNaN bits from integer writes
-            values = {f: (a.reshape(-1).astype(np.float64) if f != "index" else a.reshape(-1))
-                      for f, a in ev.operands.items()}
-            t_out, where = rule(op, values, tans, ev.draws, dst.dtype, dst.size)
+        # (quiet: float32 sNaN bits from integer writes warn in the cast)
+        values = {f: (a.astype(np.float64, copy=False) if f != "index" else a)
+                  for f, a in ev.operands.items()}
+        t_out, where = rule(op, values, tans, ev.draws, dst.dtype, dst.size)
         shadow.write(dst, t_out, where)
 
     loss = lay[program.loss.view]

@@ -170,27 +170,33 @@ class _Shadow:
         self.addr = addresses(program)
         self.tangent = np.zeros((self.addr.count, n_coords), dtype=precision)
         self.tags = {b.name: np.full(b.nbytes, CONST, np.int64) for b in program.buffers}
-        # per float view, its element addresses repeated per byte, (elements, itemsize):
-        # the tags its own writes leave (derived once per program, like the addresses)
+        # per float view: its element addresses repeated per byte, (elements, itemsize)
+        # (the tags its own writes leave), and as bytes the tags of a whole view last
+        # written by its own elements and of a never-written one (derived once per program)
         self.own_bytes = program.derived.setdefault("address_bytes", {})
 
-    def _own_bytes(self, layout: ViewLayout) -> np.ndarray:
-        rep = self.own_bytes.get(layout.view.name)
-        if rep is None:
+    def _own_bytes(self, layout: ViewLayout) -> tuple[np.ndarray, bytes, bytes]:
+        hit = self.own_bytes.get(layout.view.name)
+        if hit is None:
             own = self.addr.of_view[layout.view.name]
             rep = np.repeat(own, layout.dtype.itemsize).reshape(layout.size, -1)
             rep.setflags(write=False)
-            self.own_bytes[layout.view.name] = rep
-        return rep
+            const = np.full(rep.size, CONST, np.int64).tobytes()
+            hit = self.own_bytes[layout.view.name] = (rep, rep.tobytes(), const)
+        return hit
 
     def read(self, layout: ViewLayout) -> tuple[np.ndarray, int | None]:
         """Tangents (elements, coordinates) of a float view; the first undefined element."""
         own = self.addr.of_view[layout.view.name]
-        tags = self.tags[layout.view.buffer][layout.byte_index].reshape(layout.size, -1)
-        eq = tags == self._own_bytes(layout)
-        if eq.all():  # every element last written whole at its own address
-            return self.tangent[own], None
-        mine = eq.all(axis=1)
+        tags = self.tags[layout.view.buffer][layout.byte_index]
+        rep, all_mine, all_const = self._own_bytes(layout)
+        raw = tags.tobytes()
+        if raw == all_mine:  # every element last written whole at its own address
+            return self.tangent.take(own, axis=0), None
+        if raw == all_const:  # never written: tangent 0
+            return np.zeros((layout.size, self.tangent.shape[1]), self.tangent.dtype), None
+        tags = tags.reshape(layout.size, -1)
+        mine = (tags == rep).all(axis=1)
         const = (tags == CONST).all(axis=1)
         bad = ~(mine | const)
         first = int(np.flatnonzero(bad)[0]) if bad.any() else None
@@ -202,7 +208,7 @@ class _Shadow:
             self.tags[layout.view.buffer][layout.bytes_of(where)] = INT_WRITTEN
             return
         own = self.addr.of_view[layout.view.name]
-        rep = self._own_bytes(layout)
+        rep = self._own_bytes(layout)[0]
         if where is None:
             self.tangent[own] = tangent
             self.tags[layout.view.buffer][layout.byte_index] = rep.reshape(-1)
@@ -216,6 +222,19 @@ class _Shadow:
         if np.any(tags == INT_WRITTEN):
             return f"{where}: its bytes were last written by an integer op"
         return f"{where}: its bytes are not one float write of this element's address"
+
+
+def _steps(program: Program) -> tuple:
+    """Per op: (op, dst layout, dst is float, ((field, layout) of each value source)),
+    looked up once per program."""
+    steps = program.derived.get("tangent_steps")
+    if steps is None:
+        lay = layouts(program)
+        steps = program.derived["tangent_steps"] = tuple(
+            (op, lay[op.dst], lay[op.dst].view.is_float,
+             tuple((f, lay[getattr(op, f)]) for f in op.spec.sources))
+            for op in program.ops)
+    return steps
 
 
 @quiet
@@ -244,17 +263,15 @@ def forward_jacobian(
         at += lo.size
 
     refused: tuple[int | None, str] | None = None
-    for k, op in enumerate(program.ops):
-        dst = lay[op.dst]
+    for k, (op, dst, is_float, sources) in enumerate(_steps(program)):
         tans = {}
-        if dst.view.is_float:
-            for f in op.spec.sources:
-                src = lay[getattr(op, f)]
+        if is_float:
+            for f, src in sources:
                 tans[f], bad = shadow.read(src)
                 if bad is not None and refused is None:
                     refused = (k, shadow.why(src, bad, f"op {k}"))
         ev = execute_op(program, k, state, forward=forward)
-        if not dst.view.is_float:
+        if not is_float:
             shadow.write(dst, None, ev.where)
             continue
         rule = tangent[op.kind]

@@ -268,21 +268,11 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
         total = len(suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard))
     except SuiteError as exc:
         fail_usage(str(exc))
-    bar = _progress(total)
-    try:
-        with _executor(dask, "suite", dask_batch) as executor:
-            summary = run_suite(cfg, on_program=lambda _o, n: bar.update(n), executor=executor)
-    except (SuiteError, DaskError) as exc:
-        bar.render_finish()
-        fail_usage(str(exc))
-    except KeyboardInterrupt:
-        bar.render_finish()
-        click.echo(f"\nreplayverify: interrupted; every finished program's records are in "
-                   f"{cfg.out / 'records.jsonl'}: continue with the same command and --resume",
-                   err=True)
-        sys.exit(130)
-    finally:
-        bar.render_finish()
+    summary = _run_streamed(
+        lambda executor, tick: run_suite(cfg, on_program=lambda _o, n: tick(n),
+                                         executor=executor),
+        total=total, unit="programs", label="suite", dask=dask, dask_batch=dask_batch,
+        errors=(SuiteError,), records=cfg.out / "records.jsonl")
     _print_summary(summary, cfg.out)
     sys.exit(0 if summary["verdict"] == "clean" else 1)
 
@@ -291,6 +281,27 @@ def _command_line() -> str:
     """This command as typed, less ``--resume``: the files of a resumed run name the
     command an uninterrupted run would have, as they hold the same records."""
     return " ".join(["replayverify", *(a for a in sys.argv[1:] if a != "--resume")])
+
+
+def _run_streamed(run, *, total: int, unit: str, label: str, dask: str | None,
+                  dask_batch: int, errors: tuple[type[Exception], ...], records) -> dict:
+    """``run(executor, tick)`` with a progress bar over ``total`` ``unit``, locally or on
+    Dask: ``errors`` (and Dask's) end in one line and exit 2; Ctrl-C in one line saying
+    how to resume and exit 130 (every finished task's records are in ``records``)."""
+    bar = _progress(total, unit)
+    try:
+        with _executor(dask, label, dask_batch) as executor:
+            return run(executor, bar.update)
+    except (*errors, DaskError) as exc:
+        bar.render_finish()
+        fail_usage(str(exc))
+    except KeyboardInterrupt:
+        bar.render_finish()
+        click.echo(f"\nreplayverify: interrupted; every finished {unit[:-1]}'s records are in "
+                   f"{records}: continue with the same command and --resume", err=True)
+        sys.exit(130)
+    finally:
+        bar.render_finish()
 
 
 def _progress(total: int, label: str = "programs"):
@@ -464,21 +475,10 @@ def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int,
         total = len(task_ids(cfg))
     except CohortError as exc:
         fail_usage(str(exc))
-    bar = _progress(total, "tasks")
-    try:
-        with _executor(dask, "cohort", dask_batch) as executor:
-            summary = run_cohort(cfg, on_task=bar.update, executor=executor)
-    except (CohortError, DaskError) as exc:
-        bar.render_finish()
-        fail_usage(str(exc))
-    except KeyboardInterrupt:
-        bar.render_finish()
-        click.echo(f"\nreplayverify: interrupted; every finished task's records are in "
-                   f"{cfg.out / 'records.jsonl'}: continue with the same command and --resume",
-                   err=True)
-        sys.exit(130)
-    finally:
-        bar.render_finish()
+    summary = _run_streamed(
+        lambda executor, tick: run_cohort(cfg, on_task=tick, executor=executor),
+        total=total, unit="tasks", label="cohort", dask=dask, dask_batch=dask_batch,
+        errors=(CohortError,), records=cfg.out / "records.jsonl")
     _print_cohort(summary, cfg.out)
     sys.exit(0 if summary["verdict"] == "as-expected" else 1)
 

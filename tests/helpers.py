@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from replayverify.programs import load_program
 
 
@@ -19,6 +22,16 @@ def program(buffers, views, ops, loss, **rest):
     }
     doc.update(rest)
     return load_program(doc)
+
+
+def records_minus_seconds(out: Path) -> list[dict]:
+    """The records a run wrote to ``out``/records.jsonl, minus timings, in file order."""
+    got = []
+    for line in (out / "records.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        d.pop("seconds")
+        got.append(d)
+    return got
 
 
 class SlowRegion:

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from replayverify.cli import main
 from replayverify.cohort import CohortConfig, CohortError, run_cohort, task_ids
 from tests.cohort.test_cohort_core import ToyAdapter
+from tests.helpers import records_minus_seconds as records
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "tests.cohort.test_cohort_resume:SlowToy"
@@ -40,16 +41,6 @@ class SlowToy(ToyAdapter):
 
 def config(out: Path, **kw) -> CohortConfig:
     return CohortConfig(frameworks=(TOY,), seeds=SEEDS, workers=1, out=out, **kw)
-
-
-def records(out: Path) -> list[dict]:
-    """The records of a run minus timings, in file order."""
-    got = []
-    for line in (out / "records.jsonl").read_text().splitlines():
-        d = json.loads(line)
-        d.pop("seconds")
-        got.append(d)
-    return got
 
 
 def summary(out: Path) -> dict:

@@ -28,21 +28,12 @@ from replayverify.verifier.executors import (
     time_limit,
 )
 from replayverify.verifier.suite import SuiteConfig, run_suite, suite_ids
+from tests.helpers import records_minus_seconds as lines
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = "tests.helpers:slow_region"  # 0.1 s per program more: time to kill a worker mid-task
 needs_dask = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
                                 reason="needs the dask extra (dask[distributed])")
-
-
-def lines(path: Path) -> list[dict]:
-    """The records of a run, minus timings, in file order."""
-    out = []
-    for line in (path / "records.jsonl").read_text().splitlines():
-        d = json.loads(line)
-        d.pop("seconds")
-        out.append(d)
-    return out
 
 
 def written(path: Path) -> int:

@@ -243,8 +243,12 @@ def execute_op(
     """
     step = op_steps(program)[k]
     op, dst = step.op, step.dst
-    read = state.read_flat
-    operands = {f: read(lay) for f, lay in step.reads}
+    if state.xp is np:  # strided views over the buffers, flattened: fresh copies
+        typed = state.typed
+        operands = {f: typed(lay).flatten() for f, lay in step.reads}
+    else:
+        read = state.read_flat
+        operands = {f: read(lay) for f, lay in step.reads}
     if step.draws:
         if draws is None:
             draws, state.rng = draw(op, state.rng, dst.size, dst.dtype, state.xp,

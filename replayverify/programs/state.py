@@ -134,12 +134,13 @@ class State:
     def typed(self, layout: ViewLayout) -> np.ndarray:
         """A NumPy state's view as a strided array over its buffer (``as_strided``
         semantics, SPEC §2): reading or assigning it moves exactly the view's bytes."""
-        buf = self.buffers[layout.view.buffer]
-        hit = self._typed.get(layout.view.name)
+        view = layout.view
+        buf = self.buffers[view.buffer]
+        hit = self._typed.get(view.name)
         if hit is not None and hit[0] is buf:
             return hit[1]
         arr = layout.strided(buf)
-        self._typed[layout.view.name] = (buf, arr)
+        self._typed[view.name] = (buf, arr)
         return arr
 
     def read(self, layout: ViewLayout) -> Any:
@@ -160,7 +161,9 @@ class State:
         """Scatter ``values`` (flat, in the view's dtype) to the view's elements ``where``.
 
         ``values`` must not share memory with the buffers (every op computes fresh ones)."""
-        raw = values.astype(layout.dtype, copy=False).reshape(-1)
+        raw = values if values.dtype == layout.dtype else values.astype(layout.dtype)
+        if raw.ndim != 1:
+            raw = raw.reshape(-1)
         if self.xp is np:
             arr = self.typed(layout)
             if where is None:

@@ -7,6 +7,7 @@ u32 words and a 128-bit counter of four u32 words (word 0 least significant).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -70,25 +71,38 @@ def counter_blocks(counter: int, n: int) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _round_keys(key: tuple[int, int]) -> np.ndarray:
+    """The (k0, k1) of every round, as a read-only (ROUNDS, 2, 1) uint64 array."""
+    k0, k1 = int(key[0]), int(key[1])
+    out = []
+    for _ in range(ROUNDS):
+        out.append(((k0,), (k1,)))
+        k0, k1 = (k0 + W0) & MASK32, (k1 + W1) & MASK32
+    keys = np.array(out, dtype=np.uint64)
+    keys.setflags(write=False)
+    return keys
+
+
+_MULTIPLIERS = np.array([[M0], [M1]], dtype=np.uint64)
+
+
 def philox4x32(blocks: np.ndarray, key: tuple[int, int]) -> np.ndarray:
-    """Philox4x32-10 of each row of ``blocks`` ((n, 4) u32 words in uint64) under ``key``."""
+    """Philox4x32-10 of each row of ``blocks`` ((n, 4) u32 words in uint64) under ``key``.
+
+    Words 0 and 2 (multiplied) and words 1 and 3 are carried as two (2, n) arrays, so a
+    round is five array operations for all blocks:
+    (c0, c1, c2, c3) <- (hi(c2*M1) ^ c1 ^ k0, lo(c2*M1), hi(c0*M0) ^ c3 ^ k1, lo(c0*M0)).
+    """
     m32 = np.uint64(MASK32)
     s32 = np.uint64(32)
-    c0, c1, c2, c3 = (blocks[:, i].astype(np.uint64) for i in range(4))
-    k0, k1 = int(key[0]), int(key[1])
-    for r in range(ROUNDS):
-        if r:
-            k0 = (k0 + W0) & MASK32
-            k1 = (k1 + W1) & MASK32
-        p0 = c0 * np.uint64(M0)
-        p1 = c2 * np.uint64(M1)
-        c0, c1, c2, c3 = (
-            (p1 >> s32) ^ c1 ^ np.uint64(k0),
-            p1 & m32,
-            (p0 >> s32) ^ c3 ^ np.uint64(k1),
-            p0 & m32,
-        )
-    return np.stack([c0, c1, c2, c3], axis=1)
+    c = blocks.astype(np.uint64).T
+    even, odd = c[0::2], c[1::2]  # (c0, c2), (c1, c3)
+    for keys in _round_keys((int(key[0]), int(key[1]))):
+        p = even * _MULTIPLIERS  # (c0*M0, c2*M1), exact: both factors < 2^32
+        even = (p >> s32)[::-1] ^ odd ^ keys
+        odd = (p & m32)[::-1]
+    return np.stack([even[0], odd[0], even[1], odd[1]], axis=1)
 
 
 def words(state: RngState, n: int) -> np.ndarray:

@@ -588,7 +588,8 @@ def execute(program: Program, *, record_boundaries: bool = True,
         writers.write(dst, ev.where, out)
         # the written values stay in the state; no reverse rule or check reads them from
         # the record, which would hold a second copy of everything written
-        records.append(replace(ev, values=None))
+        records.append(OpValues(ev.index, ev.op, ev.dtype, ev.dst_size, ev.operands, ev.draws,
+                                ev.where))
         versions.append(OpVersions(read_vids, out))
         if record_boundaries and (k + 1) in cuts:
             boundaries += [state.snapshot()] * cuts.count(k + 1)

@@ -9,7 +9,8 @@ the checkers build a record.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from copy import deepcopy
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,6 +60,9 @@ __all__ = ["FAILING", "OUTCOMES", "Check", "Outcome", "Record", "make_record", "
            "run_is_clean", "tolerance", "undetected_mutants"]
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 @dataclass(frozen=True)
 class Record:
     """One verdict. ``engine`` is "" for checks that involve no engine."""
@@ -93,10 +97,13 @@ class Record:
                                                 and self.outcome is Outcome.MISSED)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["check"], d["outcome"] = str(self.check), str(self.outcome)
-        metrics = d.pop("metrics")
-        d.update(metrics)
+        """The flat dict of the record (fields in order, then the metrics); nothing in it
+        is shared with the record."""
+        d = {"program": self.program, "sha256": self.sha256, "check": str(self.check),
+             "engine": self.engine, "outcome": str(self.outcome),
+             "max_abs_err": self.max_abs_err, "detail": self.detail, "seconds": self.seconds}
+        d.update((k, v if isinstance(v, _SCALARS) else deepcopy(v))
+                 for k, v in self.metrics.items())
         return d
 
     def to_json(self) -> str:

@@ -122,13 +122,23 @@ def _resolved(engines: tuple[str, ...] | None) -> tuple[str, ...] | None:
     return None if engines is None else tuple(registry.resolve(e) for e in engines)
 
 
+def _share_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays of byte indices have an index in common."""
+    if not a.size or not b.size:
+        return False
+    seen = np.zeros(int(max(a.max(), b.max())) + 1, dtype=bool)
+    seen[a] = True
+    return bool(seen[b].any())
+
+
 def program_stats(ex: Execution, attempts: int) -> dict:
     """What was generated: op kinds, overlapping writes, integer aliases, hazards, draws."""
     from replayverify.programs.interpreter import stale_operands
-    from replayverify.programs.model import view_bytes
+    from replayverify.programs.state import layouts
     from replayverify.verifier.coverage import program_coverage
 
     program = ex.program
+    lay = layouts(program)
     views = {v.name: v for v in program.views}
     kinds = Counter(op.kind.value for op in program.ops)
     overlapping = 0
@@ -137,7 +147,7 @@ def program_stats(ex: Execution, attempts: int) -> dict:
         for f in op.spec.sources:
             src = views[getattr(op, f)]
             if (src.buffer == dst.buffer and src.name != dst.name
-                    and np.intersect1d(view_bytes(src), view_bytes(dst)).size):
+                    and _share_bytes(lay[src.name].byte_index, lay[dst.name].byte_index)):
                 overlapping += 1
                 break
     floats = {v.buffer for v in program.views if v.is_float}

@@ -11,18 +11,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+
+from _timing import median_time
 
 from replayverify.programs import execute, generate, run_forward
-
-
-def best_of(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -30,8 +22,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=200)
     args = ap.parse_args()
     programs = [generate(0, i, "complex", dims=(16,), n_ops=(16,)) for i in range(20)]
-    fwd = [best_of(lambda p=p: run_forward(p), args.repeat) for p in programs]
-    both = [best_of(lambda p=p: execute(p, record_boundaries=False).gradient, args.repeat)
+    fwd = [median_time(lambda p=p: run_forward(p), args.repeat) for p in programs]
+    both = [median_time(lambda p=p: execute(p, record_boundaries=False).gradient, args.repeat)
             for p in programs]
     f, b = statistics.median(fwd), statistics.median(both)
     print(f"programs: 20 x (16 ops, 16 elements, float64); median of {args.repeat} runs each")

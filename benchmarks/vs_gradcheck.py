@@ -30,21 +30,13 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
+
+from _timing import median_time  # noqa: E402
 
 from replayverify.programs.generate import generate  # noqa: E402
 from replayverify.programs.interpreter import execute  # noqa: E402
 from replayverify.verifier.check import check_execution, check_program  # noqa: E402
-
-
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def torch_case(torch):

@@ -18,6 +18,7 @@ import numpy as np
 from replayverify.evaluate.stats import paired_ratio
 from replayverify.evaluate.workloads import ACTIVATION, Cell, paper_cells
 from replayverify.planner import parse_card, plan, policy_cost
+from replayverify.untrusted import dumps
 
 METHODS = ("eager", "whole", "regions", "state-agnostic", "eager/whole", "joint")
 LABELS = {
@@ -169,7 +170,7 @@ def evaluate(
     plans: list[dict[str, Any]] = []
     for cell in chosen:
         card = cal_doc["cells"][cell.name]
-        text = json.dumps(card, indent=1) + "\n"
+        text = dumps(card, indent=1) + "\n"
         (out / "cards" / f"{cell.name}.json").write_text(text, encoding="utf-8")
         cards[cell.name] = {
             "path": f"cards/{cell.name}.json",
@@ -231,7 +232,7 @@ def evaluate(
     result["seconds"] = time.perf_counter() - t0
     note = plot(result, out / "resource-map.png")
     result["plot"] = note
-    (out / "evaluate.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (out / "evaluate.json").write_text(dumps(result, indent=1) + "\n", encoding="utf-8")
     (out / "report.md").write_text(markdown(result), encoding="utf-8")
     say(note)
     return result

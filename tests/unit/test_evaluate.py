@@ -211,7 +211,10 @@ def test_evaluate_command_runs_a_small_study(tmp_path) -> None:
     ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    doc = json.loads((out / "evaluate.json").read_text())
+    def strict(token: str):
+        raise AssertionError(f"evaluate.json holds the non-JSON token {token}")
+
+    doc = json.loads((out / "evaluate.json").read_text(), parse_constant=strict)
     assert doc["format"] == "replayverify.evaluate" and doc["processes"] == 2
     assert {r["process"] for r in doc["rows"]} == {0, 1}
     assert all(r["semantic"] for r in doc["rows"])

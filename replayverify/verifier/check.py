@@ -19,7 +19,7 @@ from replayverify.programs.interpreter import Execution, execute
 from replayverify.programs.model import Program
 from replayverify.programs.state import layouts
 from replayverify.verifier.bytes_check import check_bytes
-from replayverify.verifier.compare import Verdict, compare_gradients
+from replayverify.verifier.compare import Verdict, compare_gradients, error_verdict
 from replayverify.verifier.complex_step import complex_step
 from replayverify.verifier.controls import final_storage_control, wrong_rng_control
 from replayverify.verifier.forward_jacobian import (
@@ -187,11 +187,6 @@ def _engine_records_fn() -> Callable | None:
             return None
         raise
     return engine_records
-
-
-def error_verdict(exc: BaseException) -> Verdict:
-    """The verdict of a check that raised: ``error`` with the exception's message."""
-    return Verdict(Outcome.ERROR, None, f"{type(exc).__name__}: {exc}")
 
 
 def _error(label: str, sha: str, check: Check | str, exc: BaseException,

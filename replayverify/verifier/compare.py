@@ -10,7 +10,7 @@ from replayverify.programs.model import Program
 from replayverify.programs.tolerance import float_dtype, program_tolerance
 from replayverify.verifier.records import Outcome, max_abs_err
 
-__all__ = ["Verdict", "compare_gradients", "float_dtype"]
+__all__ = ["Verdict", "compare_gradients", "error_verdict", "float_dtype"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,11 @@ class Verdict:
     outcome: Outcome
     max_abs_err: float | None
     detail: str = ""
+
+
+def error_verdict(exc: BaseException) -> Verdict:
+    """The verdict of a check that raised: ``error`` with the exception's message."""
+    return Verdict(Outcome.ERROR, None, f"{type(exc).__name__}: {exc}")
 
 
 def compare_gradients(g: np.ndarray, g_ref: np.ndarray, program: Program, *,

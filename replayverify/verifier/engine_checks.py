@@ -23,7 +23,7 @@ from replayverify.engines.base import Engine, EngineResult
 from replayverify.programs.interpreter import Execution, execute, reverse_sweep
 from replayverify.programs.model import Program
 from replayverify.verifier.bytes_check import diff_states
-from replayverify.verifier.compare import Verdict, compare_gradients
+from replayverify.verifier.compare import Verdict, compare_gradients, error_verdict
 from replayverify.verifier.records import Check, Outcome, Record, make_record, program_label
 
 GRADIENT, BYTES = Check.GRADIENT, Check.BYTES
@@ -149,7 +149,7 @@ def engine_records(program: Program, execution: Execution,
         try:
             result, grad, byt, seconds = _run(engine, execution, reference_gradient, xp)
         except Exception as exc:  # one record per check, never dropped
-            err = Verdict(Outcome.ERROR, None, f"{type(exc).__name__}: {exc}")
+            err = error_verdict(exc)
             records += [make_record(label, sha, c, err, time.perf_counter() - t0, name)
                         for c in (GRADIENT, BYTES)]
             continue

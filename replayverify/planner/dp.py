@@ -99,6 +99,28 @@ def policy_totals(costs: Costs, choice: np.ndarray) -> tuple[float, int]:
 # --- least peak -----------------------------------------------------------------------------
 
 
+def step_sums(
+    seg: np.ndarray, qa: np.ndarray, va: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sum over segments of each segment's least value among its options with q <= t.
+
+    ``seg``, ``qa``, ``va``: one entry per available option (at most three per segment),
+    sorted by segment, then increasing q. Returns the options' q in increasing order, the
+    running sum of the per-segment step functions at each of them, and how many segments
+    have an option at or below it (the sum covers every segment where that count is n).
+    """
+    run = va.copy()  # running min of va within a segment, options in increasing q
+    for k in (1, 2):
+        same = seg[k:] == seg[:-k]
+        run[k:] = np.where(same, np.minimum(run[k:], va[:-k]), run[k:])
+    first = np.ones(len(seg), dtype=bool)
+    first[1:] = seg[1:] != seg[:-1]
+    delta = run.copy()
+    delta[1:] = np.where(first[1:], run[1:], run[1:] - run[:-1])
+    ev = np.argsort(qa, kind="stable")
+    return qa[ev], np.cumsum(delta[ev]), np.cumsum(first[ev])
+
+
 def min_peak(costs: Costs) -> tuple[int, np.ndarray] | None:
     """The least peak any policy reaches, and one policy reaching it (None: no policy).
 
@@ -115,19 +137,7 @@ def min_peak(costs: Costs) -> tuple[int, np.ndarray] | None:
     seg, col = np.nonzero(avail)
     qa, ra, ca = q[seg, col], r[seg, col], c[seg, col]
     order = np.lexsort((col, ca, ra, qa, seg))
-    seg, qa, ra = seg[order], qa[order], ra[order]
-    cm = ra.copy()  # running min of r within a segment, options in increasing q
-    for k in (1, 2):
-        same = seg[k:] == seg[:-k]
-        cm[k:] = np.where(same, np.minimum(cm[k:], ra[:-k]), cm[k:])
-    first = np.ones(len(seg), dtype=bool)
-    first[1:] = seg[1:] != seg[:-1]
-    delta = cm.copy()
-    delta[1:] = np.where(first[1:], cm[1:], cm[1:] - cm[:-1])
-    ev = np.argsort(qa, kind="stable")
-    qe = qa[ev]
-    total = np.cumsum(delta[ev])
-    count = np.cumsum(first[ev])
+    qe, total, count = step_sums(seg[order], qa[order], ra[order])
     ends = np.flatnonzero(np.append(qe[1:] != qe[:-1], True))
     ends = ends[count[ends] == n]
     peaks = costs.persistent + total[ends] + qe[ends]

@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from replayverify.planner.dp import _EPS, Costs, Problem, _hulls, policy_totals
+from replayverify.planner.dp import _EPS, Costs, Problem, _hulls, policy_totals, step_sums
 
 MITM_STATES = 1 << 20
 """Most states one half of the meet-in-the-middle search may hold."""
@@ -111,7 +111,8 @@ def cheap_bounds(prob: Problem, levels: np.ndarray, mu: float) -> tuple[np.ndarr
     and the tolerance that covers its rounding.
 
     Per segment, min over options with q <= T of ``c + mu r`` is a step function of T; the
-    steps of all segments are summed in one sort, as :func:`dp.min_peak` does for bytes.
+    steps of all segments are summed in one sort (:func:`dp.step_sums`, as :func:`dp.min_peak`
+    does for bytes).
     """
     r, c, avail, qc = prob.costs.r, prob.costs.c, prob.avail, prob.qc
     n = r.shape[0]
@@ -122,18 +123,8 @@ def cheap_bounds(prob: Problem, levels: np.ndarray, mu: float) -> tuple[np.ndarr
         seg, col = np.nonzero(avail)
         qa, va = qc[seg, col], vals[seg, col]
         order = np.lexsort((va, qa, seg))
-        seg, qa, va = seg[order], qa[order], va[order]
-        run = va.copy()
-        for k in (1, 2):
-            same = seg[k:] == seg[:-k]
-            run[k:] = np.where(same, np.minimum(run[k:], va[:-k]), run[k:])
-        first = np.ones(len(seg), dtype=bool)
-        first[1:] = seg[1:] != seg[:-1]
-        delta = run.copy()
-        delta[1:] = np.where(first[1:], run[1:], run[1:] - run[:-1])
-        ev = np.argsort(qa, kind="stable")
-        qe = qa[ev]
-        total, count = np.cumsum(delta[ev]), np.cumsum(first[ev])
+        va = va[order]
+        qe, total, count = step_sums(seg[order], qa[order], va)
         pos = np.searchsorted(qe, levels, side="right") - 1
         ok = (pos >= 0) & (count[np.maximum(pos, 0)] == n)
         sums = np.where(ok, total[np.maximum(pos, 0)], np.inf)

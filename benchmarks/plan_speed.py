@@ -81,37 +81,32 @@ def independent(n: int, seed: int) -> Card:
     return parse_card({**doc, "segments": segs})
 
 
-def correlated(n: int, seed: int) -> Card:
-    """A hard family: time saved nearly proportional to bytes retained (the classic hard
-    knapsack shape), temporaries as large as one segment's retained bytes."""
-    rng = np.random.default_rng([seed, n, 2])
+def _bytes_priced(rng: np.random.Generator, n: int, time_of) -> Card:
+    """n segments whose options draw r and q up to 10^6 bytes, then take time ``time_of(r)``."""
     segs = []
     for j in range(n):
         options = {}
         for k in OPTIONS:
             r = int(rng.integers(0, 10**6))
             q = int(rng.integers(0, 10**6))
-            c = 1100 - r * rng.uniform(9e-4, 1.1e-3)
-            options[k] = {"retained": r, "temporary": q, "time": c}
+            options[k] = {"retained": r, "temporary": q, "time": time_of(r)}
         segs.append({"name": f"s{j}", "options": options})
     doc = {"format": "replayverify.profile", "version": 1, "persistent_bytes": 0}
     return parse_card({**doc, "segments": segs})
+
+
+def correlated(n: int, seed: int) -> Card:
+    """A hard family: time saved nearly proportional to bytes retained (the classic hard
+    knapsack shape), temporaries as large as one segment's retained bytes."""
+    rng = np.random.default_rng([seed, n, 2])
+    return _bytes_priced(rng, n, lambda r: 1100 - r * rng.uniform(9e-4, 1.1e-3))
 
 
 def proportional(n: int, seed: int) -> Card:
     """Time saved exactly proportional to bytes retained: every partial policy that can
     still fill the budget looks equally good to the DP's bound."""
     rng = np.random.default_rng([seed, n, 3])
-    segs = []
-    for j in range(n):
-        options = {}
-        for k in OPTIONS:
-            r = int(rng.integers(0, 10**6))
-            q = int(rng.integers(0, 10**6))
-            options[k] = {"retained": r, "temporary": q, "time": 1000.0 - r * 1e-3}
-        segs.append({"name": f"s{j}", "options": options})
-    doc = {"format": "replayverify.profile", "version": 1, "persistent_bytes": 0}
-    return parse_card({**doc, "segments": segs})
+    return _bytes_priced(rng, n, lambda r: 1000.0 - r * 1e-3)
 
 
 def budget_at(card: Card, frac: float, options=OPTIONS) -> int:

@@ -14,6 +14,7 @@ import numpy as np
 
 from replayverify.gpu import calibrate as cal
 from replayverify.gpu import journal as jr
+from replayverify.programs.arrays import to_host
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -183,13 +184,10 @@ def make_step(xp: ModuleType, cell: Cell, dtype: Any = np.float32) -> Any:
 def result_bytes(xp: ModuleType, step: Any, result: Any) -> bytes:
     """Everything a step computed, as host bytes: the final state, the gradients and the
     step's result (the input gradient, or the calibration's backward sums)."""
-    def to_numpy(x: Any) -> np.ndarray:  # CuPy (and its stand-ins) transfer with .get()
-        return x.get() if hasattr(x, "get") else np.asarray(x)
-
-    parts = [to_numpy(step.state).tobytes()]
+    parts = [to_host(step.state).tobytes()]
     if isinstance(step, ActivationStep):
-        parts.append(to_numpy(step.grads).tobytes())
-        parts.append(to_numpy(result).tobytes())
+        parts.append(to_host(step.grads).tobytes())
+        parts.append(to_host(result).tobytes())
     else:
-        parts.append(np.array([float(to_numpy(xp.asarray(v))) for v in result]).tobytes())
+        parts.append(np.array([float(to_host(xp.asarray(v))) for v in result]).tobytes())
     return b"".join(parts)

@@ -206,16 +206,8 @@ def time_policy(
 
 
 def _cell(doc: dict[str, Any]) -> Cell:
-    return Cell(
-        doc["name"],
-        doc["workload"],
-        doc["state_bytes"],
-        doc["fraction"],
-        doc["segments"],
-        doc["activation_elements"],
-        tuple(doc["budgets"]),
-        doc["granularity"],
-    )
+    """The cell ``dataclasses.asdict`` sent (JSON turned its budgets into a list)."""
+    return Cell(**{**doc, "budgets": tuple(doc["budgets"])})
 
 
 def serve(request: dict[str, Any]) -> dict[str, Any]:

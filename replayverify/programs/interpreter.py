@@ -68,8 +68,8 @@ def scatter_winners(index, n: int, last_wins: bool = True):
 
     The one statement of scatter's "last j wins" (SPEC §2): the forward rule, the reverse
     rule, the tangent rule and the engines' backward all take it from here. Positions
-    are ascending. On NumPy, ``np.unique`` (first occurrence, stable); on other array
-    modules a sort of the unique keys ``pos * m + j``, which needs no stable sort.
+    are ascending. On NumPy, a stable argsort of the positions; on other array modules
+    a sort of the unique keys ``pos * m + j``, which needs no stable sort.
     """
     xp = array_namespace(index)
     if xp is not np:

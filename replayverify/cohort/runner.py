@@ -115,11 +115,11 @@ def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
             ref = Reference.of(case, adapter.draw_tape(case))
         except Exception as exc:  # the framework cannot even draw: nothing to compare
             hint = f"no reference: {type(exc).__name__}: {exc}"
+    version = "" if ref is None else adapter.version()
     records = []
     for m in methods:
         row = extra_row(m.row, fam)
-        head = {**base, "version": "" if ref is None else adapter.version(),
-                "method": m.name, "row": row,
+        head = {**base, "version": version, "method": m.name, "row": row,
                 "expected": _expected(m, row, fam)}
         if ref is None:
             body = {"outcome": "unsupported", "diverged": [], "max_abs_err": None,

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from replayverify.programs import load_program
@@ -32,6 +37,34 @@ def records_minus_seconds(out: Path) -> list[dict]:
         d.pop("seconds")
         got.append(d)
     return got
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def written(out: Path) -> int:
+    """Tasks (the suite: programs) completely written to ``out``: progress.jsonl holds
+    the run's parameters, then one line per task."""
+    p = out / "progress.jsonl"
+    return max(p.read_text().count("\n") - 1, 0) if p.exists() else 0
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment for a child process, this checkout first on PYTHONPATH."""
+    return {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+
+
+@contextmanager
+def killed_at_exit(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """``proc`` (started with ``start_new_session``); its whole group killed at exit if
+    it is still running then."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 class SlowRegion:

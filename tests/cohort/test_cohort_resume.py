@@ -22,9 +22,9 @@ from click.testing import CliRunner
 from replayverify.cli import main
 from replayverify.cohort import CohortConfig, CohortError, run_cohort, task_ids
 from tests.cohort.test_cohort_core import ToyAdapter
+from tests.helpers import ROOT, child_env, killed_at_exit, written
 from tests.helpers import records_minus_seconds as records
 
-ROOT = Path(__file__).resolve().parents[2]
 TOY = "tests.cohort.test_cohort_resume:SlowToy"
 SEEDS = (5, 9)  # 4 keys x 5 families x 2 dtypes = 40 tasks, 80 records
 needs_dask = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
@@ -56,12 +56,6 @@ def report(out: Path) -> str:
     return re.sub(r"\d+(\.\d+)? s\b", "T s", re.sub(r"`replayverify [^`]*`", "`C`", text))
 
 
-def written(out: Path) -> int:
-    """Tasks completely written (progress.jsonl: the options, then one line each)."""
-    p = out / "progress.jsonl"
-    return max(p.read_text().count("\n") - 1, 0) if p.exists() else 0
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("uninterrupted")
@@ -78,8 +72,7 @@ def same_as(out: Path, ref: Path) -> None:
 
 def start(out: Path, *extra: str) -> subprocess.Popen:
     """The cohort command in a child process of its own group, 0.05 s per method run."""
-    env = {**os.environ, "RV_TEST_TOY_DELAY": "0.05", "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+    env = child_env(RV_TEST_TOY_DELAY="0.05")
     cmd = [sys.executable, "-m", "replayverify", "cohort", "--frameworks", TOY,
            "--seeds", f"{SEEDS[0]}:{SEEDS[1]}", "--workers", "1", "--out", str(out), *extra]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
@@ -98,14 +91,10 @@ def test_a_killed_run_keeps_every_task_it_reported_and_resume_reruns_only_the_re
         reference, tmp_path):
     out = tmp_path / "c"
     proc = start(out)
-    try:
+    with killed_at_exit(proc):
         wait_written(proc, out, 3)
         proc.kill()  # SIGKILL: no handler runs, no file is closed cleanly
         proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     done = written(out)
     assert 3 <= done < 40, done
     kept = records(out)
@@ -132,14 +121,10 @@ def test_ctrl_c_gives_one_line_exit_130_and_the_command_resumes(reference, tmp_p
                                                                 monkeypatch):
     out = tmp_path / "c"
     proc = start(out)
-    try:
+    with killed_at_exit(proc):
         wait_written(proc, out, 2)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
         _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == 130, err
     assert [line for line in err.splitlines() if line.strip()] == [
         f"replayverify: interrupted; every finished task's records are in "

@@ -28,18 +28,12 @@ from replayverify.verifier.executors import (
     time_limit,
 )
 from replayverify.verifier.suite import SuiteConfig, run_suite, suite_ids
+from tests.helpers import child_env, killed_at_exit, written
 from tests.helpers import records_minus_seconds as lines
 
-ROOT = Path(__file__).resolve().parents[2]
 SLOW = "tests.helpers:slow_region"  # 0.1 s per program more: time to kill a worker mid-task
 needs_dask = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
                                 reason="needs the dask extra (dask[distributed])")
-
-
-def written(path: Path) -> int:
-    """Programs completely written (progress.jsonl: parameters, then one line each)."""
-    p = path / "progress.jsonl"
-    return max(p.read_text().count("\n") - 1, 0) if p.exists() else 0
 
 
 # ---------------------------------------------------------------- without a cluster
@@ -177,8 +171,7 @@ class Loopback:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.file = root / "scheduler.json"
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+        self.env = child_env()
         self.procs: dict[str, subprocess.Popen] = {}
         self.address = ""
 
@@ -324,11 +317,9 @@ def test_ctrl_c_gives_one_line_exit_130_and_a_directory_any_executor_resumes(ref
     out = tmp_path / "s"
     cmd = [sys.executable, "-m", "replayverify", "suite", "--programs", "24", "--seed", "3",
            "--engine", SLOW, "--dask", "local:1", "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    with killed_at_exit(proc):
         deadline = time.monotonic() + 120
         while written(out) < 2:
             assert proc.poll() is None, proc.communicate()[1]
@@ -336,10 +327,6 @@ def test_ctrl_c_gives_one_line_exit_130_and_a_directory_any_executor_resumes(ref
             time.sleep(0.01)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
         _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == 130, err
     assert [line for line in err.splitlines() if line.strip()] == [
         f"replayverify: interrupted; every finished program's records are in "

@@ -385,10 +385,7 @@ class _Cell:
 
 # --- one step of each method: the uniform policies of replayverify.gpu.segments ----------------
 
-Phase = sg.Phase
-
-
-def _step(method: str, dev: Any, cell: _Cell, phase: Phase) -> list[Any]:
+def _step(method: str, dev: Any, cell: _Cell, phase: sg.Phase) -> list[Any]:
     """One step of ``cell`` with every segment preserved by ``method``; a whole method keeps
     one anchor for the whole run of segments (replayed once, in order, in backward)."""
     policy = (method,) * cell.versions
@@ -396,7 +393,6 @@ def _step(method: str, dev: Any, cell: _Cell, phase: Phase) -> list[Any]:
 
 
 STEPS = {m: partial(_step, m) for m in METHODS}
-_no_phase = sg.no_phase
 
 
 def _timed_step(dev: Any, cell: _Cell, method: str) -> tuple[float, int]:
@@ -405,7 +401,7 @@ def _timed_step(dev: Any, cell: _Cell, method: str) -> tuple[float, int]:
     dev.reset_peak()
     base = dev.current()
     a = dev.mark()
-    out = STEPS[method](dev, cell, _no_phase)
+    out = STEPS[method](dev, cell, sg.no_phase)
     b = dev.mark()
     seconds = dev.elapsed(a, b)
     peak = dev.peak() - base
@@ -436,7 +432,7 @@ def _consistency(dev: Any, cell: _Cell) -> tuple[bool, str]:
     ref_state, ref_sums = None, None
     for method in METHODS:
         cell.init_state()
-        sums = STEPS[method](dev, cell, _no_phase)
+        sums = STEPS[method](dev, cell, sg.no_phase)
         sums = np.array([float(s) for s in sums], dtype=np.float64)
         if ref_state is None:
             ref_state, ref_sums = cell.state.copy(), sums

@@ -74,7 +74,11 @@ def open_journal(out: Path, meta: dict, files: dict[str, str], *, resume: bool, 
             old = json.loads(lines[0])
             marks = [json.loads(x) for x in lines[1:-1]]  # the last piece may be cut short
         except json.JSONDecodeError:
-            raise error(f"--resume: {progress} is damaged; choose another --out") from None
+            old, marks = None, []
+        if not isinstance(old, dict) or not all(
+                isinstance(m, dict) and isinstance(m.get("done"), int)
+                and all(isinstance(m.get(key, 0), int) for key in files) for m in marks):
+            raise error(f"--resume: {progress} is damaged; choose another --out")
         if old != meta:
             diff = "; ".join(f"{k} {old.get(k)!r} there, {meta.get(k)!r} here"
                              for k in sorted(set(old) | set(meta)) if old.get(k) != meta.get(k))

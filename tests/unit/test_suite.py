@@ -73,6 +73,21 @@ def test_refuses_to_overwrite_without_resume(tmp_path):
         run_suite(SuiteConfig(programs=1, seed=0, workers=1, out=tmp_path))
 
 
+@pytest.mark.parametrize("progress", [
+    "[1]\n", '"x"\n', "{oops\n", '{"n": 1}\n[2]\n', '{"n": 1}\n{"records_bytes": 3}\n',
+    '{"n": 1}\n{"done": "1", "records_bytes": 3}\n',
+    '{"n": 1}\n{"done": 1, "records_bytes": "3"}\n',
+])
+def test_resume_refuses_a_damaged_progress_file_in_one_line(tmp_path, progress):
+    from replayverify.verifier.journal import open_journal
+
+    (tmp_path / "progress.jsonl").write_text(progress)
+    with pytest.raises(SuiteError, match=r"^--resume: .*progress.jsonl is damaged; choose "
+                                         r"another --out$"):
+        open_journal(tmp_path, {"n": 1}, {"records_bytes": "records.jsonl"}, resume=True,
+                     what="suite", error=SuiteError)
+
+
 def test_sigkill_then_resume_gives_the_records_of_an_uninterrupted_run(tmp_path):
     ref = tmp_path / "ref"
     run_suite(SuiteConfig(programs=24, seed=4, workers=1, out=ref))

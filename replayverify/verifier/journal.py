@@ -58,6 +58,19 @@ class Journal:
         self.close()
 
 
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _valid_mark(mark: object, sizes: dict[str, int]) -> bool:
+    """A progress mark: a dict with a count ``done`` and, per output file, the byte count
+    it had then, which the file must still hold (truncating past its end would pad it
+    with zero bytes instead of cutting it back)."""
+    return (isinstance(mark, dict) and _count(mark.get("done"))
+            and all(_count(mark.get(key, 0)) and mark.get(key, 0) <= size
+                    for key, size in sizes.items()))
+
+
 def open_journal(out: Path, meta: dict, files: dict[str, str], *, resume: bool, what: str,
                  error: type[Exception] = ValueError) -> Journal:
     """Open ``out`` for a run with parameters ``meta``; with ``resume``, where it stopped.
@@ -75,9 +88,9 @@ def open_journal(out: Path, meta: dict, files: dict[str, str], *, resume: bool, 
             marks = [json.loads(x) for x in lines[1:-1]]  # the last piece may be cut short
         except json.JSONDecodeError:
             old, marks = None, []
-        if not isinstance(old, dict) or not all(
-                isinstance(m, dict) and isinstance(m.get("done"), int)
-                and all(isinstance(m.get(key, 0), int) for key in files) for m in marks):
+        sizes = {key: (out / name).stat().st_size if (out / name).exists() else 0
+                 for key, name in files.items()}
+        if not isinstance(old, dict) or not all(_valid_mark(m, sizes) for m in marks):
             raise error(f"--resume: {progress} is damaged; choose another --out")
         if old != meta:
             diff = "; ".join(f"{k} {old.get(k)!r} there, {meta.get(k)!r} here"

@@ -77,6 +77,10 @@ def test_refuses_to_overwrite_without_resume(tmp_path):
     "[1]\n", '"x"\n', "{oops\n", '{"n": 1}\n[2]\n', '{"n": 1}\n{"records_bytes": 3}\n',
     '{"n": 1}\n{"done": "1", "records_bytes": 3}\n',
     '{"n": 1}\n{"done": 1, "records_bytes": "3"}\n',
+    '{"n": 1}\n{"done": 1, "records_bytes": -3}\n',  # truncate() would raise OSError
+    '{"n": 1}\n{"done": -1, "records_bytes": 0}\n',
+    '{"n": 1}\n{"done": true, "records_bytes": 0}\n',
+    '{"n": 1}\n{"done": 1, "records_bytes": 99}\n',  # past the file's end: would pad it
 ])
 def test_resume_refuses_a_damaged_progress_file_in_one_line(tmp_path, progress):
     from replayverify.verifier.journal import open_journal

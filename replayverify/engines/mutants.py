@@ -25,6 +25,7 @@ from replayverify.engines.strategies import (
     read_fields,
 )
 from replayverify.programs.arrays import unique_ints
+from replayverify.programs.format import views_overlap
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import State, layouts
@@ -279,8 +280,7 @@ def _read_later(tape: Tape, k: int, stop: int) -> bool:
         op = program.ops[j]
         for f in read_fields(op):
             src = tape.lay[getattr(op, f)]
-            if src.view.buffer == dst.view.buffer and np.intersect1d(
-                    src.byte_index, dst.byte_index).size:
+            if src.view.buffer == dst.view.buffer and views_overlap(src.view, dst.view):
                 return True
     return False
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
 
+from replayverify.programs.format import views_overlap
 from replayverify.programs.generate import Limits, judgeable
 from replayverify.programs.model import (
     DTYPES,
@@ -34,7 +35,6 @@ from replayverify.programs.model import (
     Program,
     Rng,
     View,
-    view_bytes,
 )
 
 # Op kinds from the simplest to the most involved: sampled_from shrinks to the first.
@@ -454,7 +454,7 @@ def _programs(draw, *, min_ops: int, max_ops: int, max_elements: int, dtypes: tu
 
     buffers = []
     for buf in ("state", "idx"):
-        ends = [_extent_of(v) for v in kept if v.buffer == buf]
+        ends = [v.end for v in kept if v.buffer == buf]
         if ends:
             buffers.append(Buffer(buf, max(ends)))
     program = Program(
@@ -473,14 +473,8 @@ def _programs(draw, *, min_ops: int, max_ops: int, max_elements: int, dtypes: tu
     return program
 
 
-def _extent_of(v: View) -> int:
-    return v.offset + sum((n - 1) * s for n, s in zip(v.shape, v.strides)) + v.itemsize
-
-
 def _overlap(a: View, b: View) -> bool:
-    if a.buffer != b.buffer:
-        return False
-    return bool(np.intersect1d(view_bytes(a), view_bytes(b)).size)
+    return a.buffer == b.buffer and views_overlap(a, b)
 
 
 __all__ = ["KIND_ORDER", "ops", "programs", "rng_states", "views"]

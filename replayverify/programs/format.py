@@ -35,6 +35,7 @@ from replayverify.programs.model import (
     Rng,
     ShapeRule,
     View,
+    extent,
 )
 from replayverify.untrusted import (
     MAX_DOCUMENT_BYTES,
@@ -216,7 +217,7 @@ def _views(value: Any, buffers: dict[str, Buffer]) -> tuple[View, ...]:
                 raise ProgramError(
                     f"{field}.strides[{j}]", f"{shown(s)} is not a multiple of itemsize {item}"
                 )
-        end = offset + sum((n - 1) * s for n, s in zip(shape, strides)) + item
+        end = offset + extent(shape, strides, item)
         if end > buffers[buf].nbytes:
             raise ProgramError(field, f"elements reach byte {shown(end)} of buffer {shown(buf)} "
                                f"({buffers[buf].nbytes} bytes)")
@@ -400,8 +401,7 @@ def views_overlap(a: View, b: View) -> bool:
     """Whether two views (each free of self-overlap) share a byte: a sweep over element
     intervals, 16 bytes per element, never one index per byte."""
     lo = max(a.offset, b.offset)
-    hi = min(a.offset + sum((n - 1) * s for n, s in zip(a.shape, a.strides)) + a.itemsize,
-             b.offset + sum((n - 1) * s for n, s in zip(b.shape, b.strides)) + b.itemsize)
+    hi = min(a.end, b.end)
     if lo >= hi:
         return False
     starts = np.concatenate([a.element_starts(), b.element_starts()])

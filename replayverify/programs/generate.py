@@ -27,6 +27,7 @@ from replayverify.programs.model import (
     Program,
     Rng,
     View,
+    extent,
 )
 
 MAX_ATTEMPTS = 200
@@ -332,8 +333,8 @@ def _dtype_mix(b: _Builder, limits: Limits, name: str) -> Program:
         for kind, shape, strides in (("c", (m,), (item,)), ("s", (m,), (2 * item,)),
                                      ("r", (2, h), (h * item, item)),
                                      ("k", (2, h), (item, 2 * item))):
-            extent = sum((n - 1) * st for n, st in zip(shape, strides)) + item
-            off = lo + item * int(b.rng.integers(0, (region - extent) // item + 1))
+            span = extent(shape, strides, item)
+            off = lo + item * int(b.rng.integers(0, (region - span) // item + 1))
             vs.append(b.view(f"{tag}{kind}", state, dtype, off, shape, strides))
         by_dtype[dtype] = vs
     if separate:

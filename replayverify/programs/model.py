@@ -179,6 +179,11 @@ class View:
     def is_float(self) -> bool:
         return self.dtype in FLOAT_DTYPES
 
+    @property
+    def end(self) -> int:
+        """One past the view's last byte in its buffer."""
+        return self.offset + extent(self.shape, self.strides, self.itemsize)
+
     def element_starts(self) -> np.ndarray:
         """Byte offset of each element's first byte inside the buffer, row-major (int64)."""
         starts = np.full(self.shape, self.offset, dtype=np.int64)
@@ -187,6 +192,11 @@ class View:
             idx[axis] = slice(None)
             starts = starts + (np.arange(n, dtype=np.int64) * s)[tuple(idx)]
         return starts.reshape(-1)
+
+
+def extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> int:
+    """Bytes from a strided view's first byte to one past its last (positive strides)."""
+    return sum((n - 1) * s for n, s in zip(shape, strides)) + itemsize
 
 
 def view_bytes(view: View) -> np.ndarray:

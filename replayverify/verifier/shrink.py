@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from replayverify.programs.format import load_program, program_to_dict, save_program
-from replayverify.programs.model import DTYPES, Program, ProgramError
+from replayverify.programs.model import DTYPES, Program, ProgramError, extent
 from replayverify.verifier.records import MUTANT_PREFIX, Check, Record
 
 Doc = dict
@@ -129,8 +129,7 @@ def _trim_buffers(doc: Doc) -> Iterator[Doc]:
     ends: dict[str, int] = {}
     lows: dict[str, int] = {}
     for v in doc["views"]:
-        item = DTYPES[v["dtype"]].itemsize
-        end = v["offset"] + sum((n - 1) * st for n, st in zip(v["shape"], v["strides"])) + item
+        end = v["offset"] + extent(v["shape"], v["strides"], DTYPES[v["dtype"]].itemsize)
         ends[v["buffer"]] = max(ends.get(v["buffer"], 0), end)
         lows[v["buffer"]] = min(lows.get(v["buffer"], v["offset"]), v["offset"])
     if any(b["nbytes"] > ends.get(b["name"], b["nbytes"]) for b in doc["buffers"]):

@@ -50,4 +50,4 @@ def paired_ratio(
     means = np.exp(logs[picks].mean(axis=1))
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(means, [tail, 1.0 - tail])
-    return Ratio(float(np.exp(logs.mean())), float(low), float(high), int(logs.size))
+    return Ratio(geometric_mean(a / b), float(low), float(high), int(logs.size))

@@ -33,6 +33,7 @@ from replayverify.verifier.records import Outcome as Verdicts
 
 SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex", "mixed")  # the default mix
 DEFAULT_TIMEOUT = 60.0
+BATCH = 8  # programs per message to and from a local worker (see ProcessPool)
 
 
 class SuiteError(ValueError):
@@ -251,7 +252,7 @@ def run_suite(cfg: SuiteConfig,
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
     journal, stats = _prepare(cfg)
     done = journal.done
-    executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1)
+    executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, batch=BATCH)
     jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
     if on_program is not None and done:
         on_program(None, done)

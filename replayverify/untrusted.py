@@ -231,7 +231,10 @@ def decode_float(value: Any) -> Any:
 
 def dumps(obj: Any, **kwargs: Any) -> str:
     """Strict RFC 8259 JSON: non-finite floats encoded by :func:`encode`, never NaN tokens."""
-    return json.dumps(encode(obj), allow_nan=False, **kwargs)
+    try:  # most documents (a suite's records) hold no non-finite float and no numpy scalar
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except (ValueError, TypeError):  # json refused one: the same text :func:`encode` gives
+        return json.dumps(encode(obj), allow_nan=False, **kwargs)
 
 
 __all__ = [

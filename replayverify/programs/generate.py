@@ -10,6 +10,7 @@ None; the next attempt uses the next seed, and the count of attempts is kept.
 
 from __future__ import annotations
 
+import bisect
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -150,10 +151,25 @@ def _float_op(b: _Builder, kind: OpKind, dst: View, pool: list[View]) -> Op:
     return Op(kind, dst.name, x.name)
 
 
-def _pick_kind(b: _Builder, table: dict[OpKind, float]) -> OpKind:
-    kinds = list(table)
-    w = np.array([table[k] for k in kinds], dtype=np.float64)
-    return kinds[int(b.rng.choice(len(kinds), p=w / w.sum()))]
+class _Weights:
+    """Op kinds with relative weights, and their normalised cumulative weights derived
+    once per table (not on every op)."""
+
+    def __init__(self, table: dict[OpKind, float]) -> None:
+        self.kinds = list(table)
+        w = np.array([table[k] for k in self.kinds], dtype=np.float64)
+        cdf = (w / w.sum()).cumsum()
+        self.cdf = (cdf / cdf[-1]).tolist()
+
+
+FLOAT_WEIGHTS = _Weights(FLOAT_KINDS)
+
+
+def _pick_kind(b: _Builder, weights: _Weights) -> OpKind:
+    """Draw a kind exactly as ``rng.choice(len(kinds), p=w / w.sum())`` does (one uniform,
+    found in the normalised cumulative weights; a test checks the two agree), so the
+    programs are those the generator has always made."""
+    return weights.kinds[bisect.bisect_right(weights.cdf, b.rng.random())]
 
 
 def _mixed(b: _Builder, limits: Limits, name: str, m: int | None = None) -> Program:
@@ -200,9 +216,10 @@ def _mixed(b: _Builder, limits: Limits, name: str, m: int | None = None) -> Prog
             ints = [b.view("bits", state, "int32", 0, (m,), (4,)),
                     b.view("lo", state, "int32", item * int(b.rng.integers(0, m + 3)), (m,),
                            (4,))]
+    weights = _Weights(kinds)
     draw_at = int(b.rng.integers(n_ops)) if limits.require_draw else -1
     for k in range(n_ops):
-        kind = _pick_kind(b, kinds) if k != draw_at else b.pick(list(DRAW_KINDS))
+        kind = _pick_kind(b, weights) if k != draw_at else b.pick(list(DRAW_KINDS))
         if kind in INT_KINDS:
             dst, x = b.pick(ints), b.pick(ints)
             if kind is OpKind.ICOPY:
@@ -269,6 +286,7 @@ def _alias(b: _Builder, limits: Limits, name: str) -> Program:
     out_low = b.view("ibits_low", bits_buf, "int32", 0, (m // 2,), (4,))
     kinds = dict(FLOAT_KINDS)
     kinds.update(DRAW_KINDS if limits.draws else {})
+    weights = _Weights(kinds)
     for _ in range(n_ops):
         r = b.rng.random()
         if r < 0.15:
@@ -278,7 +296,7 @@ def _alias(b: _Builder, limits: Limits, name: str) -> Program:
         elif r < 0.27 and limits.int_writes:  # an integer write over float bytes
             b.ops.append(Op(OpKind.IADD, lows.name, lows.name, k=int(b.rng.integers(1, 9))))
         else:
-            kind = _pick_kind(b, kinds)
+            kind = _pick_kind(b, weights)
             if pattern == "prototype" and kind is OpKind.AXPBY:
                 dst = b.pick(pool[:3])
                 b.ops.append(Op(kind, dst.name, dst.name, y=pool[3].name, a=0.9, b=0.1, c=0.0))
@@ -345,7 +363,7 @@ def _dtype_mix(b: _Builder, limits: Limits, name: str) -> Program:
              ("int32", 2): b.view("ix2", idx, "int32", 0, (2, h), (4, 8)),
              ("int64", 1): b.view("kx", idx, "int64", 0, (m,), (8,)),
              ("int64", 2): b.view("kx2", idx, "int64", 0, (2, h), (8 * h, 8))}
-    weights = {k: 0.25 if k in INT_KINDS else 1.0 for k in OpKind}
+    weights = _Weights({k: 0.25 if k in INT_KINDS else 1.0 for k in OpKind})
     for _ in range(n_ops):
         kind = _pick_kind(b, weights)
         if kind in INT_KINDS:
@@ -423,7 +441,7 @@ def _hazard(b: _Builder, limits: Limits, name: str) -> Program:
     pool = [lo, hi, far, p]
 
     def filler() -> Op:
-        kind = _pick_kind(b, FLOAT_KINDS)
+        kind = _pick_kind(b, FLOAT_WEIGHTS)
         return _float_op(b, kind, b.pick([lo, hi, far]), pool)
 
     segs: list[list[Op]] = []
@@ -452,7 +470,7 @@ def _hazard(b: _Builder, limits: Limits, name: str) -> Program:
                             c=b.coef(-0.5, 0.5)),
                          Op(OpKind.MUL, dst.name, dst.name, y=src.name),
                          Op(OpKind.SIN, dst.name, dst.name, a=b.coef(0.5, 1.5, True)),
-                         _float_op(b, _pick_kind(b, FLOAT_KINDS), p, pool)])
+                         _float_op(b, _pick_kind(b, FLOAT_WEIGHTS), p, pool)])
     elif hazard == "draw-state":
         for _ in range(3):
             segs.append([Op(OpKind.TANH, lo.name, lo.name, a=b.coef(0.5, 1.5, True)),
@@ -465,7 +483,7 @@ def _hazard(b: _Builder, limits: Limits, name: str) -> Program:
             x, y = (lo, far) if j % 2 == 0 else (far, lo)
             segs.append([Op(OpKind.MUL, x.name, x.name, y=y.name),
                          Op(OpKind.SIN, x.name, x.name, a=b.coef(0.5, 1.5, True)),
-                         _float_op(b, _pick_kind(b, FLOAT_KINDS), p, pool)])
+                         _float_op(b, _pick_kind(b, FLOAT_WEIGHTS), p, pool)])
     else:  # int-under-float
         lows = b.view("lows", state, "int32", 0, (m,), (8,))
         highs = b.view("highs", state, "int32", 4 + 8 * (n - m), (m,), (8,))

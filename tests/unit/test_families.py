@@ -85,3 +85,29 @@ def test_every_mutant_is_detected_on_the_programs_of_its_hazard(mutant):
         (rec,) = mutant_records(p, ex, ex.gradient, [mutant], f"s0/hazard/{i}")
         hits += rec.outcome == "detected"
     assert hits >= 2, (mutant, hazard, hits)  # of 3
+
+
+def test_a_kind_is_drawn_as_rng_choice_draws_it():
+    """The generator derives each weight table's cumulative weights once; every draw and
+    the generator state after it equal ``rng.choice(len(kinds), p=w / w.sum())``'s."""
+    import numpy as np
+
+    from replayverify.programs.generate import (
+        FLOAT_KINDS,
+        INT_KINDS,
+        _Builder,
+        _pick_kind,
+        _Weights,
+    )
+    from replayverify.programs.model import OpKind
+
+    for table in (FLOAT_KINDS, {**FLOAT_KINDS, **dict.fromkeys(INT_KINDS, 0.2)},
+                  {k: 0.25 if k in INT_KINDS else 1.0 for k in OpKind}):
+        weights, kinds = _Weights(table), list(table)
+        w = np.array([table[k] for k in kinds], dtype=np.float64)
+        p = w / w.sum()  # what the generator passed to rng.choice
+        for seed in range(200):
+            b, rng = _Builder(np.random.default_rng(seed)), np.random.default_rng(seed)
+            for _ in range(20):
+                assert _pick_kind(b, weights) is kinds[int(rng.choice(len(kinds), p=p))]
+            assert b.rng.random() == rng.random()

@@ -65,40 +65,47 @@ def program_coverage(ex: Execution) -> dict:
     program = ex.program
     views = {v.name: v for v in program.views}
     lay = layouts(program)
-    cells = sorted({f"{op.kind.value}|{view_kind(views[getattr(op, f)])}|"
-                    f"{views[getattr(op, f)].dtype}"
+    cell_of = {v.name: f"{view_kind(v)}|{v.dtype}" for v in program.views}
+    cells = sorted({f"{op.kind.value}|{cell_of[getattr(op, f)]}"
                     for op in program.ops for f in op.spec.view_fields})
     fields_2d = sorted({f for op in program.ops for f in op.spec.view_fields
                         if len(views[getattr(op, f)].shape) == 2})
     bounds = program.segment_bounds()
     draws = sorted({_draw_position(k, bounds) for k, op in enumerate(program.ops)
                     if op.spec.draws})
+    by_buffer: dict[str, set[str]] = {}
+    for v in program.views:
+        by_buffer.setdefault(v.buffer, set()).add(v.dtype)
     # the dtype that last wrote each byte (-1: init or never written): float reads of
-    # bytes another dtype wrote
+    # bytes another dtype wrote. Only a buffer seen through two dtypes or more can have
+    # them, so only those buffers are followed.
     code = {d: i for i, d in enumerate(DTYPES)}
-    writer = {b.name: np.full(b.nbytes, -1, np.int8) for b in program.buffers}
+    writer = {b.name: np.full(b.nbytes, -1, np.int8) for b in program.buffers
+              if len(by_buffer.get(b.name, ())) > 1}
     for name in program.inputs:
-        writer[views[name].buffer][lay[name].byte_index] = code[views[name].dtype]
+        if views[name].buffer in writer:
+            writer[views[name].buffer][lay[name].byte_index] = code[views[name].dtype]
     reads: set[str] = set()
 
     def read(name: str) -> None:
         v = views[name]
-        if not v.is_float:
+        if not v.is_float or v.buffer not in writer:
             return
-        for d in {DTYPES_BY_CODE[int(c)] for c in np.unique(writer[v.buffer][
-                lay[name].byte_index]) if c >= 0} - {v.dtype}:
-            reads.add(f"{v.dtype} read of {d}-written bytes")
+        counts = np.bincount(writer[v.buffer][lay[name].byte_index] + 1,
+                             minlength=len(DTYPES) + 1)  # bytes per writer, -1 first
+        for c, n in enumerate(counts[1:].tolist()):
+            if n and DTYPES_BY_CODE[c] != v.dtype:
+                reads.add(f"{v.dtype} read of {DTYPES_BY_CODE[c]}-written bytes")
 
     for rec in ex.records:
         op = rec.op
         if views[op.dst].is_float:
             for f in op.spec.sources:
                 read(getattr(op, f))
-        writer[views[op.dst].buffer][lay[op.dst].bytes_of(rec.where)] = code[views[op.dst].dtype]
+        if views[op.dst].buffer in writer:
+            writer[views[op.dst].buffer][lay[op.dst].bytes_of(rec.where)] = \
+                code[views[op.dst].dtype]
     read(program.loss.view)
-    by_buffer: dict[str, set[str]] = {}
-    for v in program.views:
-        by_buffer.setdefault(v.buffer, set()).add(v.dtype)
     return {
         "cells": cells,
         "refusal": "" if ex.admission.supported else refusal_kind(ex.admission.reason),

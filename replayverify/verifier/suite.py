@@ -142,13 +142,19 @@ def program_stats(ex: Execution, attempts: int) -> dict:
     lay = layouts(program)
     views = {v.name: v for v in program.views}
     kinds = Counter(op.kind.value for op in program.ops)
+    shared: dict[tuple[str, str], bool] = {}  # (source, dst): the same pairs recur
+
+    def overlaps(src: str, dst: str) -> bool:
+        if (src, dst) not in shared:
+            shared[src, dst] = _share_bytes(lay[src].byte_index, lay[dst].byte_index)
+        return shared[src, dst]
+
     overlapping = 0
     for op in program.ops:
         dst = views[op.dst]
         for f in op.spec.sources:
             src = views[getattr(op, f)]
-            if (src.buffer == dst.buffer and src.name != dst.name
-                    and _share_bytes(lay[src.name].byte_index, lay[dst.name].byte_index)):
+            if src.buffer == dst.buffer and src.name != dst.name and overlaps(src.name, dst.name):
                 overlapping += 1
                 break
     floats = {v.buffer for v in program.views if v.is_float}

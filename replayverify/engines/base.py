@@ -55,7 +55,7 @@ from replayverify.programs.interpreter import (
     op_values,
     written_positions,
 )
-from replayverify.programs.model import OpKind, Program
+from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import Snapshot, State, ViewLayout, initial_state, layouts
 
 RNG_BYTES = 24  # key (2 x u32) and counter (4 x u32)
@@ -107,6 +107,58 @@ class Engine(Protocol):
         ...
 
 
+# ---------------------------------------------------------------- per-program plan
+
+
+@dataclass(frozen=True, slots=True)
+class OpPlan:
+    """What the run loop and the strategies' hooks need of one op, looked up once per
+    program (:func:`run_plan`) instead of on every call: an engine run otherwise spends
+    most of its time re-deriving these from the op, its spec and the layouts."""
+
+    op: Op
+    dst: ViewLayout
+    reads: tuple[tuple[str, ViewLayout], ...]  # (field, layout) of every view it reads
+    sources: dict[str, ViewLayout]  # the same, by field (where adjoints flow back to)
+    read_buffers: tuple[str, ...]  # the buffers those views lie in, sorted
+    read_buffers_nbytes: int  # their total size
+    partial: bool  # it writes only the dst positions its index hits (scatter)
+    float_write: bool  # it writes a float view: only such ops carry derivatives
+    draws: bool  # it consumes random values
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """A program's static facts for the engines: segment bounds, total bytes, per-op plans."""
+
+    bounds: tuple[tuple[int, int], ...]
+    nbytes: int
+    ops: tuple[OpPlan, ...]
+
+
+def run_plan(program: Program) -> RunPlan:
+    """The engines' plan of ``program``: derived once and carried by the program (in
+    ``Program.derived``, like its layouts), shared by every engine that runs it."""
+    plan = program.derived.get("engine_plan")
+    if plan is None:
+        plan = program.derived["engine_plan"] = _make_plan(program)
+    return plan
+
+
+def _make_plan(program: Program) -> RunPlan:
+    lay = layouts(program)
+    sizes = {b.name: b.nbytes for b in program.buffers}
+    ops = []
+    for op in program.ops:
+        reads = tuple((f, lay[getattr(op, f)]) for f in op.spec.reads)
+        buffers = tuple(sorted({r.view.buffer for _, r in reads}))
+        dst = lay[op.dst]
+        ops.append(OpPlan(op, dst, reads, dict(reads), buffers,
+                          sum(sizes[b] for b in buffers), op.spec.partial,
+                          dst.view.is_float, bool(op.spec.draws)))
+    return RunPlan(program.segment_bounds(), program.nbytes, tuple(ops))
+
+
 # ---------------------------------------------------------------- recovery records
 
 
@@ -143,7 +195,9 @@ class Tape:
     def __post_init__(self) -> None:
         n = len(self.program.segments)
         self.lay = layouts(self.program)
-        self.bounds = self.program.segment_bounds()
+        plan = run_plan(self.program)
+        self.bounds = plan.bounds
+        self.plans = plan.ops  # per op, its OpPlan
         self.retained = [0] * n
         self.anchored = [st.anchors for st in self.strategies]
         self.chosen = [st.name for st in self.strategies]
@@ -318,22 +372,20 @@ def _back_op(tape: Tape, adj: dict[str, Any], k: int, rec: OpValues) -> None:
     What op ``k`` wrote follows from the *recovered* operands (a wrong recovered index
     misplaces the adjoints, as it would in a real engine)."""
     xp = tape.xp
-    op = tape.program.ops[k]
-    dst = tape.lay[op.dst]
-    operands = {f: v.reshape(-1) for f, v in rec.operands.items()}
-    where = written_positions(op, operands, dst.size)
-    starts = dst.starts if xp is np else dst.starts_in(xp)
-    slots = starts if where is None else starts[where]
+    plan = tape.plans[k]
+    dst = plan.dst
     a = adj[dst.view.buffer]
-    g = a[slots]
+    where = written_positions(plan.op, rec.operands, dst.size) if plan.partial else None
+    starts = dst.starts if xp is np else dst.starts_in(xp)
+    g = a[starts if where is None else starts[where]]
     a[dst.bytes_of(where, xp)] = 0.0
-    rule = REVERSE[op.kind]
-    if rule is None or not dst.view.is_float or g.size == 0:
+    rule = REVERSE[plan.op.kind]
+    if rule is None or not plan.float_write or g.size == 0:
         return
-    draws = None if rec.draws is None else rec.draws.reshape(-1)
-    contribs = rule(OpValues(k, op, dst.dtype, dst.size, operands, draws, where), g)
-    for f, c in contribs.items():
-        src = tape.lay[getattr(op, f)]
+    if rec.where is not where:  # the rule sees what op k wrote as derived here
+        rec = OpValues(k, plan.op, dst.dtype, dst.size, rec.operands, rec.draws, where)
+    for f, c in rule(rec, g).items():
+        src = plan.sources[f]
         if xp is np:  # a view's elements never overlap: its starts are distinct slots
             adj[src.view.buffer][src.starts] += c
         else:

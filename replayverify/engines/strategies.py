@@ -7,7 +7,7 @@ one recovery method. Replay-based recoveries run inside ``Strategy.transaction``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -38,11 +38,11 @@ def read_fields(op: Op) -> tuple[str, ...]:
 
 def redraw(tape: Tape, k: int, rng) -> np.ndarray | None:
     """The random values op ``k`` consumed, recomputed from the generator state before it."""
-    op = tape.program.ops[k]
-    if not op.spec.draws:
+    plan = tape.plans[k]
+    if not plan.draws:
         return None
-    dst = tape.lay[op.dst]
-    return draw(op, rng, dst.size, dst.dtype, tape.xp, philox_blocks(tape.program))[0]
+    dst = plan.dst
+    return draw(plan.op, rng, dst.size, dst.dtype, tape.xp, philox_blocks(tape.program))[0]
 
 
 # ---------------------------------------------------------------- eager
@@ -57,11 +57,9 @@ class Eager(Strategy):
         return buf.copy()
 
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
-        op = tape.program.ops[k]
-        names = sorted({tape.lay[getattr(op, f)].view.buffer for f in read_fields(op)})
-        saved = {n: self.keep_buffer(state.buffers[n]) for n in names}
-        nbytes = sum(int(state.buffers[n].nbytes) for n in names) + RNG_BYTES
-        tape.keep(s, ("eager", k), (saved, state.rng), nbytes)
+        plan = tape.plans[k]
+        saved = {n: self.keep_buffer(state.buffers[n]) for n in plan.read_buffers}
+        tape.keep(s, ("eager", k), (saved, state.rng), plan.read_buffers_nbytes + RNG_BYTES)
 
     def rng_for(self, tape: Tape, k: int, saved_rng, state: State):
         return saved_rng
@@ -71,14 +69,61 @@ class Eager(Strategy):
         ops = []
         for k in range(a, b):
             saved, rng = tape.data[("eager", k)]
-            op = tape.program.ops[k]
-            operands = {f: gather_view(saved, tape.lay[getattr(op, f)]) for f in read_fields(op)}
+            operands = {f: gather_view(saved, lay) for f, lay in tape.plans[k].reads}
             draws = redraw(tape, k, self.rng_for(tape, k, rng, state))
             ops.append(tape.recovered(k, operands, draws))
         return Recovery(ops)
 
 
 # ---------------------------------------------------------------- read-set
+
+
+@dataclass(frozen=True)
+class ReadSetPlan:
+    """What a read set keeps for one op, derived once per program and set of retained
+    fields (:func:`readset_plan`): per buffer, the sorted union of the byte indices of
+    the retained views there, and per retained field where its view's bytes sit in that
+    union. Capture is then one gather per buffer, and recovery one gather per field."""
+
+    groups: tuple[tuple[str, Any], ...]  # (buffer, sorted byte indices)
+    at: dict[str, tuple[str, Any]]  # retained field -> (buffer, positions in its group)
+    nbytes: int  # bytes of the values kept (the indices are the program's: not charged)
+    # the same arrays on other array modules, copied once per module
+    _on: dict[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False)
+
+    def arrays(self, xp: ModuleType) -> tuple[tuple[tuple[str, Any], ...],
+                                              dict[str, tuple[str, Any]]]:
+        """``groups`` and ``at`` with their arrays on ``xp``."""
+        if xp is np:
+            return self.groups, self.at
+        hit = self._on.get(xp.__name__)
+        if hit is None:
+            hit = self._on[xp.__name__] = (
+                tuple((b, xp.asarray(idx)) for b, idx in self.groups),
+                {f: (b, xp.asarray(pos)) for f, (b, pos) in self.at.items()})
+        return hit
+
+
+def readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
+    """The :class:`ReadSetPlan` of op ``k`` retaining ``fields``, carried by the program."""
+    plans = tape.program.derived.setdefault("readset_plans", {})
+    plan = plans.get((k, fields))
+    if plan is None:
+        op = tape.program.ops[k]
+        per_buffer: dict[str, list[np.ndarray]] = {}
+        for f in fields:
+            lay = tape.lay[getattr(op, f)]
+            per_buffer.setdefault(lay.view.buffer, []).append(lay.byte_index)
+        groups = {name: unique_ints(np.concatenate(parts))
+                  for name, parts in per_buffer.items()}
+        at = {}
+        for f in fields:
+            lay = tape.lay[getattr(op, f)]
+            b = lay.view.buffer
+            at[f] = (b, np.searchsorted(groups[b], lay.byte_index))
+        plan = plans[(k, fields)] = ReadSetPlan(
+            tuple(groups.items()), at, sum(int(idx.size) for idx in groups.values()))
+    return plan
 
 
 class ReadSet(Strategy):
@@ -93,18 +138,15 @@ class ReadSet(Strategy):
     def retained_fields(self, op: Op) -> tuple[str, ...]:
         return read_fields(op)
 
+    def plan(self, tape: Tape, k: int) -> ReadSetPlan:
+        return readset_plan(tape, k, self.retained_fields(tape.program.ops[k]))
+
     def capture(self, tape: Tape, s: int, k: int, state: State) -> None:
-        op, xp = tape.program.ops[k], tape.xp
-        per_buffer: dict[str, list[Any]] = {}
-        for f in self.retained_fields(op):
-            lay = tape.lay[getattr(op, f)]
-            per_buffer.setdefault(lay.view.buffer, []).append(lay.index(xp))
-        kept = {}
-        for name, parts in per_buffer.items():
-            idx = unique_ints(xp.concatenate(parts))
-            kept[name] = (idx, state.buffers[name][idx])
-        rng = state.rng if op.spec.draws else None
-        nbytes = sum(int(v.nbytes) for _, v in kept.values()) + (RNG_BYTES if rng else 0)
+        plan = self.plan(tape, k)
+        groups, _ = plan.arrays(tape.xp)
+        kept = {name: (idx, state.buffers[name][idx]) for name, idx in groups}
+        rng = state.rng if tape.plans[k].draws else None
+        nbytes = plan.nbytes + (RNG_BYTES if rng else 0)
         tape.keep(s, ("readset", k), (kept, rng), nbytes)
 
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
@@ -115,14 +157,12 @@ class ReadSet(Strategy):
         ops = []
         for k in range(a, b):
             kept, rng = tape.data[("readset", k)]
-            op = tape.program.ops[k]
+            _, at = self.plan(tape, k).arrays(tape.xp)
             operands = {}
-            for f in read_fields(op):
-                lay = tape.lay[getattr(op, f)]
-                if lay.view.buffer in kept and f in self.retained_fields(op):
-                    idx, vals = kept[lay.view.buffer]
-                    raw = vals[tape.xp.searchsorted(idx, lay.index(tape.xp))]
-                    operands[f] = raw.view(lay.dtype).reshape(lay.view.shape)
+            for f, lay in tape.plans[k].reads:
+                if f in at:  # the retained values, at the bytes of f's view
+                    name, pos = at[f]
+                    operands[f] = kept[name][1][pos].view(lay.dtype)
                 else:  # not retained: whatever the live storage holds now
                     operands[f] = state.read(lay)
             ops.append(tape.recovered(k, operands, redraw(tape, k, rng)))

@@ -22,6 +22,7 @@ from replayverify import engines as registry
 from replayverify.engines.base import Engine, EngineResult
 from replayverify.programs.interpreter import Execution, execute, reverse_sweep
 from replayverify.programs.model import Program
+from replayverify.programs.state import Snapshot
 from replayverify.verifier.bytes_check import diff_states
 from replayverify.verifier.compare import Verdict, compare_gradients, error_verdict
 from replayverify.verifier.records import Check, Outcome, Record, make_record, program_label
@@ -80,19 +81,39 @@ def float64_overflow(g: np.ndarray, reference: np.ndarray, execution: Execution)
             f"{float(reference[j])!r} (nothing compared there)")
 
 
-def bytes_verdict(result: EngineResult, execution: Execution) -> Verdict:
-    """Exact bytes and generator state: forward end, after backward, and every replay."""
-    want = execution.final
+class ExpectedStates:
+    """The states an engine must reproduce, taken from ``execution`` once for every engine
+    judged against it: (B_T, R_T) and the segment boundaries (B_s, R_s)."""
+
+    def __init__(self, execution: Execution) -> None:
+        self.execution = execution
+        self.final = execution.final
+        self._boundaries = execution.boundaries
+
+    def boundaries(self, segments: int) -> list[Snapshot]:
+        """(B_s, R_s) for s = 0..``segments``; recorded by re-running the program (once)
+        when the execution did not record them."""
+        if len(self._boundaries) != segments + 1:
+            self._boundaries = execute(self.execution.program).boundaries
+        return self._boundaries
+
+
+def bytes_verdict(result: EngineResult, execution: Execution,
+                  expected: ExpectedStates | None = None) -> Verdict:
+    """Exact bytes and generator state: forward end, after backward, and every replay.
+
+    ``expected``: the states taken from ``execution`` (made here when None)."""
+    expected = ExpectedStates(execution) if expected is None else expected
+    want = expected.final
     checks = [("after the forward pass", result.forward, want),
               ("after backward", result.final, want)]
     replayed = [(s, snap) for s, snap in enumerate(result.replays) if snap is not None]
-    boundaries = execution.boundaries
-    if replayed and len(boundaries) != len(result.replays) + 1:
-        boundaries = execute(execution.program).boundaries
-    checks += [(f"replay of segment {s}", snap, boundaries[s + 1]) for s, snap in replayed]
+    if replayed:
+        boundaries = expected.boundaries(len(result.replays))
+        checks += [(f"replay of segment {s}", snap, boundaries[s + 1]) for s, snap in replayed]
     total, notes = 0, []
-    for label, got, expected in checks:
-        d = diff_states(got, expected)
+    for label, got, expected_state in checks:
+        d = diff_states(got, expected_state)
         total += d.bytes
         if not d.exact:
             notes.append(f"{label}: " + "; ".join(d.notes))
@@ -115,13 +136,14 @@ def _engines(names: Sequence[str | Engine] | None) -> list[tuple[str, Engine]]:
     return out
 
 
-def _run(engine: Engine, execution: Execution, reference: np.ndarray | None,
+def _run(engine: Engine, expected: ExpectedStates, reference: np.ndarray | None,
          xp: ModuleType | None = None) -> tuple[EngineResult, Verdict, Verdict, float]:
     t0 = time.perf_counter()
+    execution = expected.execution
     extra = {} if xp is None else {"xp": xp}  # NumPy-only engines need not take ``xp``
     result = engine.run(execution.program, admission=execution.admission, **extra)
     grad = gradient_verdict(result, execution, reference)
-    byt = bytes_verdict(result, execution)
+    byt = bytes_verdict(result, execution, expected)
     return result, grad, byt, time.perf_counter() - t0
 
 
@@ -144,10 +166,11 @@ def engine_records(program: Program, execution: Execution,
     label = program_label(program, program_id)
     sha = program.sha256
     records: list[Record] = []
+    expected = ExpectedStates(execution)  # one snapshot of (B_T, R_T) for every engine
     for name, engine in _engines(engines):
         t0 = time.perf_counter()
         try:
-            result, grad, byt, seconds = _run(engine, execution, reference_gradient, xp)
+            result, grad, byt, seconds = _run(engine, expected, reference_gradient, xp)
         except Exception as exc:  # one record per check, never dropped
             err = error_verdict(exc)
             records += [make_record(label, sha, c, err, time.perf_counter() - t0, name)
@@ -171,10 +194,11 @@ def mutant_records(program: Program, execution: Execution,
     label = program_label(program, program_id)
     sha = program.sha256
     records = []
+    expected = ExpectedStates(execution)
     for name in registry.mutant_names() if mutants is None else mutants:
         t0 = time.perf_counter()
         try:
-            result, grad, byt, seconds = _run(registry.get(name), execution,
+            result, grad, byt, seconds = _run(registry.get(name), expected,
                                               reference_gradient)
         except Exception as exc:
             raised = Verdict(Outcome.DETECTED, None, f"raised {type(exc).__name__}: {exc}")

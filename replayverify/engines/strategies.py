@@ -28,7 +28,7 @@ from replayverify.engines.base import (
 from replayverify.programs.arrays import array_namespace, unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
 from replayverify.programs.model import Op, Program
-from replayverify.programs.state import State
+from replayverify.programs.state import State, ViewLayout
 
 
 def read_fields(op: Op) -> tuple[str, ...]:
@@ -80,27 +80,33 @@ class Eager(Strategy):
 
 @dataclass(frozen=True)
 class ReadSetPlan:
-    """What a read set keeps for one op, derived once per program and set of retained
-    fields (:func:`readset_plan`): per buffer, the sorted union of the byte indices of
-    the retained views there, and per retained field where its view's bytes sit in that
-    union. Capture is then one gather per buffer, and recovery one gather per field."""
+    """How a read set keeps the retained operands of one op, derived once per program and
+    set of retained fields (:func:`readset_plan`).
 
-    groups: tuple[tuple[str, Any], ...]  # (buffer, sorted byte indices)
-    at: dict[str, tuple[str, Any]]  # retained field -> (buffer, positions in its group)
+    A buffer the op reads (retained fields) through one view is kept as that view's values:
+    exactly its bytes, since a view never overlaps itself. A buffer read through several
+    views is kept as the bytes at the sorted union of their byte indices, each byte once,
+    and each view is recovered from the positions of its bytes there.
+    """
+
+    views: tuple[ViewLayout, ...]  # kept as their values (parts 0..len(views)-1)
+    unions: tuple[tuple[str, Any], ...]  # (buffer, byte indices) kept as bytes (next parts)
+    at: dict[str, tuple[int, Any]]  # retained field -> (part, byte positions in a union)
     nbytes: int  # bytes of the values kept (the indices are the program's: not charged)
-    # the same arrays on other array modules, copied once per module
+    # the arrays above on other array modules, copied once per module
     _on: dict[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False)
 
     def arrays(self, xp: ModuleType) -> tuple[tuple[tuple[str, Any], ...],
-                                              dict[str, tuple[str, Any]]]:
-        """``groups`` and ``at`` with their arrays on ``xp``."""
+                                              dict[str, tuple[int, Any]]]:
+        """``unions`` and ``at`` with their arrays on ``xp``."""
         if xp is np:
-            return self.groups, self.at
+            return self.unions, self.at
         hit = self._on.get(xp.__name__)
         if hit is None:
             hit = self._on[xp.__name__] = (
-                tuple((b, xp.asarray(idx)) for b, idx in self.groups),
-                {f: (b, xp.asarray(pos)) for f, (b, pos) in self.at.items()})
+                tuple((b, xp.asarray(idx)) for b, idx in self.unions),
+                {f: (part, None if pos is None else xp.asarray(pos))
+                 for f, (part, pos) in self.at.items()})
         return hit
 
 
@@ -109,21 +115,38 @@ def readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
     plans = tape.program.derived.setdefault("readset_plans", {})
     plan = plans.get((k, fields))
     if plan is None:
-        op = tape.program.ops[k]
-        per_buffer: dict[str, list[np.ndarray]] = {}
-        for f in fields:
-            lay = tape.lay[getattr(op, f)]
-            per_buffer.setdefault(lay.view.buffer, []).append(lay.byte_index)
-        groups = {name: unique_ints(np.concatenate(parts))
-                  for name, parts in per_buffer.items()}
-        at = {}
-        for f in fields:
-            lay = tape.lay[getattr(op, f)]
-            b = lay.view.buffer
-            at[f] = (b, np.searchsorted(groups[b], lay.byte_index))
-        plan = plans[(k, fields)] = ReadSetPlan(
-            tuple(groups.items()), at, sum(int(idx.size) for idx in groups.values()))
+        plan = plans[(k, fields)] = _readset_plan(tape, k, fields)
     return plan
+
+
+def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
+    sources = tape.plans[k].sources
+    per_buffer: dict[str, dict[str, ViewLayout]] = {}  # buffer -> its distinct views read
+    for f in fields:
+        lay = sources[f]
+        per_buffer.setdefault(lay.view.buffer, {})[lay.view.name] = lay
+    views: list[ViewLayout] = []
+    unions: list[tuple[str, Any]] = []
+    nbytes = 0
+    part = {}  # buffer -> the part that keeps it
+    for b, lays in per_buffer.items():
+        if len(lays) == 1:
+            part[b] = len(views)
+            views += lays.values()
+            nbytes += views[-1].size * views[-1].dtype.itemsize
+    for b, lays in per_buffer.items():
+        if len(lays) > 1:
+            idx = unique_ints(np.concatenate([lay.byte_index for lay in lays.values()]))
+            part[b] = len(views) + len(unions)
+            unions.append((b, idx))
+            nbytes += int(idx.size)
+    at = {}
+    for f in fields:
+        lay = sources[f]
+        p = part[lay.view.buffer]
+        at[f] = (p, None if p < len(views) else
+                 np.searchsorted(unions[p - len(views)][1], lay.byte_index))
+    return ReadSetPlan(tuple(views), tuple(unions), at, nbytes)
 
 
 class ReadSet(Strategy):
@@ -143,8 +166,9 @@ class ReadSet(Strategy):
 
     def capture(self, tape: Tape, s: int, k: int, state: State) -> None:
         plan = self.plan(tape, k)
-        groups, _ = plan.arrays(tape.xp)
-        kept = {name: (idx, state.buffers[name][idx]) for name, idx in groups}
+        unions, _ = plan.arrays(tape.xp)
+        kept = [state.read_flat(lay) for lay in plan.views]  # fresh copies
+        kept += [state.buffers[name][idx] for name, idx in unions]
         rng = state.rng if tape.plans[k].draws else None
         nbytes = plan.nbytes + (RNG_BYTES if rng else 0)
         tape.keep(s, ("readset", k), (kept, rng), nbytes)
@@ -160,9 +184,9 @@ class ReadSet(Strategy):
             _, at = self.plan(tape, k).arrays(tape.xp)
             operands = {}
             for f, lay in tape.plans[k].reads:
-                if f in at:  # the retained values, at the bytes of f's view
-                    name, pos = at[f]
-                    operands[f] = kept[name][1][pos].view(lay.dtype)
+                if f in at:  # the retained values
+                    part, pos = at[f]
+                    operands[f] = kept[part] if pos is None else kept[part][pos].view(lay.dtype)
                 else:  # not retained: whatever the live storage holds now
                     operands[f] = state.read(lay)
             ops.append(tape.recovered(k, operands, redraw(tape, k, rng)))

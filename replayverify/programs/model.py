@@ -186,6 +186,14 @@ class View:
 
     def element_starts(self) -> np.ndarray:
         """Byte offset of each element's first byte inside the buffer, row-major (int64)."""
+        if 1 <= len(self.shape) <= 2 and all(s > 0 for s in self.strides):
+            # every valid view (1-D or 2-D, positive strides): one arange per axis
+            n, s = self.shape[-1], self.strides[-1]
+            if len(self.shape) == 1:
+                return np.arange(self.offset, self.offset + n * s, s, dtype=np.int64)
+            (n0, s0), off = (self.shape[0], self.strides[0]), self.offset
+            rows = np.arange(off, off + n0 * s0, s0, dtype=np.int64)
+            return (rows[:, None] + np.arange(0, n * s, s, dtype=np.int64)).reshape(-1)
         starts = np.full(self.shape, self.offset, dtype=np.int64)
         for axis, (n, s) in enumerate(zip(self.shape, self.strides)):
             idx = [None] * len(self.shape)

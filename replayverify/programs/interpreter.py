@@ -16,10 +16,11 @@ and, on complex128, by the complex step); its reverse rule in :data:`REVERSE`; s
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -155,15 +156,16 @@ def draw(op: Op, rng: RngState, n: int, dtype: np.dtype, xp: ModuleType = np,
 
 
 def philox_blocks(program: Program) -> Blocks:
-    """The program's shared Philox blocks (carried by the program, like its layouts)."""
+    """The program's shared Philox blocks (carried by the program, like its layouts),
+    computed a program's draws at a time."""
     blocks = program.derived.get("blocks")
     if blocks is None:
-        blocks = program.derived["blocks"] = Blocks()
+        span = sum(step.size for step in op_steps(program) if step.draws)
+        blocks = program.derived["blocks"] = Blocks(span)
     return blocks
 
 
-@dataclass(frozen=True, slots=True)
-class OpValues:
+class OpValues(NamedTuple):
     """The values of one op: what it read, drew and wrote. The one record of an op's
     values: the interpreter, the engines' replays and recoveries, the checkers and the
     reverse rules all use it.
@@ -174,6 +176,10 @@ class OpValues:
     dst positions it wrote (None: all, in order); ``values``: what it wrote there (flat,
     dst dtype; None in the interpreter's records and in a record a recovery made, which
     backward does not need).
+
+    Immutable like the IR's frozen dataclasses, but a ``NamedTuple``: one is built per
+    executed op (about 230 per check), and a frozen dataclass's ``__init__`` costs about
+    four times a tuple's.
     """
 
     index: int
@@ -204,13 +210,18 @@ def op_values(program: Program, k: int, operands: Operands, draws: Any = None) -
 
 @dataclass(frozen=True, slots=True)
 class _Step:
-    """What executing one op needs, looked up once per program (``op_steps``)."""
+    """What executing one op needs that does not depend on values, derived once per
+    program (``op_steps``): the rule key, the destination's layout, dtype and element
+    count, the layouts it reads, and (float ops) the sources whose versions it reads."""
 
     op: Op
     kind: OpKind
     dst: ViewLayout
+    dtype: np.dtype  # the destination's
+    size: int  # the destination's element count
     reads: tuple[tuple[str, ViewLayout], ...]  # (field, layout) of every view it reads
     draws: bool
+    sources: tuple[tuple[str, ViewLayout], ...]  # float ops: (field, layout) of each source
 
 
 def op_steps(program: Program) -> tuple[_Step, ...]:
@@ -218,10 +229,14 @@ def op_steps(program: Program) -> tuple[_Step, ...]:
     steps = program.derived.get("steps")
     if steps is None:
         lay = layouts(program)
-        steps = program.derived["steps"] = tuple(
-            _Step(op, op.kind, lay[op.dst], tuple((f, lay[getattr(op, f)]) for f in op.spec.reads),
-                  bool(op.spec.draws))
-            for op in program.ops)
+        out = []
+        for op in program.ops:
+            spec, dst = op.spec, lay[op.dst]
+            reads = tuple((f, lay[getattr(op, f)]) for f in spec.reads)
+            sources = reads[: len(spec.sources)] if dst.view.is_float else ()
+            out.append(_Step(op, op.kind, dst, dst.dtype, dst.size, reads,
+                             spec.draws is not None, sources))
+        steps = program.derived["steps"] = tuple(out)
     return steps
 
 
@@ -242,7 +257,13 @@ def execute_op(
     ``errstate.quiet`` (every entry point does) so that numpy does not warn about them.
     """
     step = op_steps(program)[k]
-    op, dst = step.op, step.dst
+    operands, draws, where, values = _run_step(program, step, state, draws, forward)
+    return OpValues(k, step.op, step.dtype, step.size, operands, draws, where, values)
+
+
+def _run_step(program: Program, step: _Step, state: State, draws: Any,
+              forward: Mapping[OpKind, ForwardRule]) -> tuple[Operands, Any, Any, Any]:
+    """``execute_op``'s work: (operands, draws, where, values) of the op run on ``state``."""
     if state.xp is np:  # strided views over the buffers, flattened: fresh copies
         typed = state.typed
         operands = {f: typed(lay).flatten() for f, lay in step.reads}
@@ -251,16 +272,16 @@ def execute_op(
         operands = {f: read(lay) for f, lay in step.reads}
     if step.draws:
         if draws is None:
-            draws, state.rng = draw(op, state.rng, dst.size, dst.dtype, state.xp,
+            draws, state.rng = draw(step.op, state.rng, step.size, step.dtype, state.xp,
                                     philox_blocks(program))
         else:
             draws = draws.reshape(-1)
-            state.rng = state.rng.advanced(dst.size)
-    values, where = forward[step.kind](op, operands, draws, dst.dtype, dst.size)
-    if type(values) is not np.ndarray or values.dtype != dst.dtype or values.ndim != 1:
-        values = state.xp.asarray(values).astype(dst.dtype, copy=False).reshape(-1)
-    state.write(dst, values, where)
-    return OpValues(k, op, dst.dtype, dst.size, operands, draws, where, values)
+            state.rng = state.rng.advanced(step.size)
+    values, where = forward[step.kind](step.op, operands, draws, step.dtype, step.size)
+    if type(values) is not np.ndarray or values.dtype != step.dtype or values.ndim != 1:
+        values = state.xp.asarray(values).astype(step.dtype, copy=False).reshape(-1)
+    state.write(step.dst, values, where)
+    return operands, draws, where, values
 
 
 @quiet
@@ -363,84 +384,143 @@ class OpVersions:
     writes: np.ndarray  # ids of the written elements (at the op's ``where``)
 
 
-class _Nodes:
-    """Per-node attributes: the op that wrote it, dtype code, first byte.
-
-    Sized once for the most nodes the program can create (its inputs' elements plus every
-    op's destination elements), so nothing is copied while it fills; grows if asked for more.
-    """
-
-    def __init__(self, capacity: int = 64) -> None:
-        capacity = max(capacity, 1)
-        # version ids and op indices in int32 unless the program could create 2^31 nodes
-        self.id_dtype = np.int32 if capacity < 2**31 - 2 else np.int64
-        self.op = np.empty(capacity, np.int32)
-        self.dtype = np.empty(capacity, np.int8)
-        self.start = np.empty(capacity, np.int64)
-        self.n = 0
-
-    def add(self, op: int, dtype_code: int, starts: np.ndarray) -> np.ndarray:
-        m = starts.size
-        if self.n + m > self.op.size:
-            size = max(self.op.size * 2, self.n + m)
-            for name in ("op", "dtype", "start"):
-                old = getattr(self, name)
-                new = np.empty(size, old.dtype)
-                new[: self.n] = old[: self.n]
-                setattr(self, name, new)
-        ids = np.arange(self.n, self.n + m, dtype=self.id_dtype)
-        self.op[self.n: self.n + m] = op
-        self.dtype[self.n: self.n + m] = dtype_code
-        self.start[self.n: self.n + m] = starts
-        self.n += m
-        return ids
-
-
-class _Writers:
-    """The last writer's version id of every byte, stored per aligned 4-byte word.
-
-    Offsets and strides are multiples of the itemsize (4 or 8), so every element covers
-    whole aligned words and the bytes of a word always share their last writer: one id per
-    word says exactly what one id per byte would. Ids are stored plus one in zero-filled
-    arrays (``np.zeros``: pages never written cost no memory), so the bookkeeping grows
-    with what is written, not with the buffers' size: at most 1 byte per buffer byte
-    (int32 ids; int64 only for programs that could create 2^31 nodes).
-    """
-
-    def __init__(self, program: Program, capacity: int) -> None:
-        self.dtype = np.int32 if capacity < 2**31 - 2 else np.int64
-        self.words = {b.name: np.zeros(-(-b.nbytes // 4), self.dtype) for b in program.buffers}
-
-    def _strided(self, layout: ViewLayout) -> np.ndarray:
-        """The words of the view's elements, shape (*view shape, words per element), as a
-        strided array over the id array: word w sits at byte 4w of the buffer and at
-        ``w * itemsize`` of the id array, so offsets and strides scale by itemsize / 4."""
-        v = layout.view
-        words = self.words[v.buffer]
-        scale = words.itemsize // 4
-        return np.ndarray((*v.shape, v.itemsize // 4), words.dtype, buffer=words,
-                          offset=v.offset * scale,
-                          strides=(*(s * scale for s in v.strides), words.itemsize))
-
-    def read(self, layout: ViewLayout) -> np.ndarray:
-        """Version ids (CONST where never written) of each word of each element: (n, w)."""
-        ids = self._strided(layout).reshape(layout.size, -1).astype(np.int64)
-        ids -= 1
-        return ids
-
-    def write(self, layout: ViewLayout, where: np.ndarray | None, vids: np.ndarray) -> None:
-        """Record ``vids`` as the last writer of the elements at ``where`` (all if None)."""
-        target = self._strided(layout)
-        stored = (vids + 1).astype(self.dtype)[:, None]
-        if where is None:
-            target[...] = stored.reshape(target.shape[:-1] + (1,))
-        else:
-            target[np.unravel_index(where, layout.view.shape)] = stored
-
-
 DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
 DTYPE_NAME = {i: name for name, i in DTYPE_CODE.items()}
 INPUT_OP = -1
+
+
+def extent_tags(program: Program) -> dict[str, np.ndarray]:
+    """Per view, the *extent tag* of each element: ``4 * first byte + dtype code + 1``.
+
+    Two writes of a buffer's bytes have equal tags exactly when they wrote the same
+    element extent (same first byte, same dtype, hence the same bytes); 0 is kept for
+    "never written". Derived once per program, as (elements, 1) columns.
+    """
+    tags = program.derived.get("extent_tags")
+    if tags is None:
+        tags = program.derived["extent_tags"] = {}
+        for name, lay in layouts(program).items():
+            col = (lay.starts * 4 + (DTYPE_CODE[lay.view.dtype] + 1)).reshape(-1, 1)
+            col.setflags(write=False)
+            tags[name] = col
+    return tags
+
+
+class _Versions:
+    """The version graph's bookkeeping: the nodes made so far and every byte's last writer.
+
+    Node ids are handed out in order, a contiguous run per op (the inputs first), so a
+    node's op is found from the first id of each run. Per node only its extent tag is
+    stored (``extent_tags``), in ``tag`` at index id + 1, with ``tag[0] = 0`` for
+    "never written".
+
+    The last writer of every byte is stored once per aligned 4-byte word, which is exact:
+    offsets and strides are multiples of the itemsize (4 or 8), so every element covers
+    whole aligned words and the bytes of a word always share their last writer. The words
+    hold ids plus one in zero-filled arrays (``np.zeros``: pages never written cost no
+    memory), so the bookkeeping grows with what is written, not with the buffers' size: at
+    most 1 byte per buffer byte (int32 ids; int64 only for programs that could create
+    2^31 nodes).
+    """
+
+    def __init__(self, program: Program, capacity: int) -> None:
+        # ``capacity`` is the most nodes the program can create (its inputs' elements plus
+        # every op's destination elements): nothing is copied while the nodes fill up
+        self.id_dtype = np.int32 if capacity < 2**31 - 2 else np.int64
+        self.tag = np.zeros(capacity + 1, np.int64)
+        self.n = 0
+        self._firsts: list[int] = []  # the first id of each op's run of nodes
+        self._ops: list[int] = []  # that op (INPUT_OP for an input)
+        self.words = {b.name: np.zeros(-(-b.nbytes // 4), self.id_dtype)
+                      for b in program.buffers}
+        self._strided: dict[str, np.ndarray] = {}
+
+    def _words_of(self, layout: ViewLayout) -> np.ndarray:
+        """The words of the view's elements, shape (*view shape, words per element), as a
+        strided array over the id array (made once per view): word w sits at byte 4w of
+        the buffer and at ``w * itemsize`` of the id array, so offsets and strides scale
+        by itemsize / 4."""
+        v = layout.view
+        arr = self._strided.get(v.name)
+        if arr is None:
+            words = self.words[v.buffer]
+            scale = words.itemsize // 4
+            arr = self._strided[v.name] = np.ndarray(
+                (*v.shape, v.itemsize // 4), words.dtype, buffer=words,
+                offset=v.offset * scale, strides=(*(s * scale for s in v.strides),
+                                                  words.itemsize))
+        return arr
+
+    def write(self, op: int, layout: ViewLayout, tags: np.ndarray,
+              where: np.ndarray | None) -> np.ndarray:
+        """New nodes for the elements ``op`` writes at ``where`` (all if None), recorded as
+        the last writers of their bytes; returns their ids. ``tags``: the view's."""
+        tags = tags[:, 0] if where is None else tags[where, 0]
+        lo, m = self.n + 1, tags.size
+        if lo + m > self.tag.size:
+            grown = np.zeros(max(2 * self.tag.size, lo + m), np.int64)
+            grown[:lo] = self.tag[:lo]
+            self.tag = grown
+        self.tag[lo: lo + m] = tags
+        stored = np.arange(lo, lo + m, dtype=self.id_dtype)  # ids plus one
+        target = self._words_of(layout)
+        if where is None:
+            target[...] = stored.reshape(target.shape[:-1] + (1,))
+        elif target.ndim == 2:
+            target[where] = stored[:, None]
+        else:
+            target[np.unravel_index(where, layout.view.shape)] = stored[:, None]
+        self._firsts.append(self.n)
+        self._ops.append(op)
+        self.n += m
+        return stored - 1
+
+    def resolve(self, layout: ViewLayout, tags: np.ndarray, what: str,
+                explain: bool) -> tuple[np.ndarray, str]:
+        """Version id read by each element of a float view, or BAD; and, when ``explain``,
+        the reason for the first BAD element ("" when there is none).
+
+        An element reads one version exactly when each of its words was last written by
+        a node of its own extent, or none of them was ever written (CONST). Equal tags
+        suffice: a node of the element's extent covers all its words, so the last such
+        node is the last writer of every word that still carries that tag."""
+        stored = self._words_of(layout).reshape(layout.size, -1)  # (elements, words)
+        written = self.tag[stored]
+        same = written == tags
+        if same.all():  # the common case: every element read whole, as it was written
+            return stored[:, 0] - 1, ""
+        fine = same | (written == 0)
+        if fine.all():  # ... or never written at all
+            return stored[:, 0] - 1, ""
+        ok = fine.all(axis=1)
+        vids = np.where(ok, stored[:, 0] - 1, BAD).astype(self.id_dtype)
+        if not explain:
+            return vids, ""
+        j = int(np.flatnonzero(~ok)[0])
+        return vids, self._refusal(stored[j].astype(np.int64) - 1, layout, j, what)
+
+    def _op_of(self, v: int) -> int:
+        return self._ops[bisect.bisect_right(self._firsts, v) - 1]
+
+    def _dtype_of(self, v: int) -> str:
+        return DTYPE_NAME[(int(self.tag[v + 1]) - 1) % 4]
+
+    def _refusal(self, row: np.ndarray, layout: ViewLayout, j: int, what: str) -> str:
+        """Why element ``j`` (its words' last writers ``row``, CONST if never written)
+        does not read one float version."""
+        where = f"float read at {what} (view {layout.view.name!r} element {j})"
+        for v in row:
+            if v >= 0 and self._dtype_of(int(v)) not in ("float64", "float32"):
+                return f"{where} of bytes last written by integer op {self._op_of(int(v))}"
+        writers = sorted({int(v) for v in row})
+        if len(writers) > 1:
+            ops = sorted({("input" if v >= 0 and self._op_of(v) == INPUT_OP else
+                           "constant" if v < 0 else f"op {self._op_of(v)}") for v in writers})
+            return f"{where} of bytes from several writes ({', '.join(ops)})"
+        v = writers[0]
+        src = "an input" if self._op_of(v) == INPUT_OP else f"op {self._op_of(v)}"
+        return (f"{where} of bytes written by {src} as {self._dtype_of(v)} "
+                f"at a different byte extent")
 
 
 @dataclass
@@ -480,43 +560,6 @@ class Execution:
         return self._gradient
 
 
-def _resolve(nodes: _Nodes, writers: _Writers, layout: ViewLayout, k: int,
-             what: str) -> tuple[np.ndarray, str]:
-    """Version id read by each element of a float view, or BAD with the first reason."""
-    ids = writers.read(layout)
-    first = ids[:, 0]
-    uniform = np.all(ids == first[:, None], axis=1)
-    written = first >= 0
-    safe = np.where(written, first, 0)
-    same_write = (nodes.dtype[safe] == DTYPE_CODE[layout.view.dtype]) & (
-        nodes.start[safe] == layout.starts
-    )
-    ok = uniform & (~written | same_write)
-    if ok.all():
-        return first.astype(nodes.id_dtype), ""
-    j = int(np.flatnonzero(~ok)[0])
-    row = ids[j]
-    reason = _refusal(nodes, row, layout, j, k, what)
-    return np.where(ok, first, BAD).astype(nodes.id_dtype), reason
-
-
-def _refusal(nodes: _Nodes, row: np.ndarray, layout: ViewLayout, j: int, k: int,
-             what: str) -> str:
-    where = f"float read at {what} (view {layout.view.name!r} element {j})"
-    for v in row:
-        if v >= 0 and DTYPE_NAME[int(nodes.dtype[v])] not in ("float64", "float32"):
-            return f"{where} of bytes last written by integer op {int(nodes.op[v])}"
-    writers = sorted({int(v) for v in row})
-    if len(writers) > 1:
-        ops = sorted({("input" if v >= 0 and nodes.op[v] == INPUT_OP else
-                       "constant" if v < 0 else f"op {int(nodes.op[v])}") for v in writers})
-        return f"{where} of bytes from several writes ({', '.join(ops)})"
-    v = writers[0]
-    src = "an input" if nodes.op[v] == INPUT_OP else f"op {int(nodes.op[v])}"
-    return (f"{where} of bytes written by {src} as {DTYPE_NAME[int(nodes.dtype[v])]} "
-            f"at a different byte extent")
-
-
 def given_draws(program: Program, draws: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
     """Check recorded draw values for :func:`execute`: one flat array per draw op index,
     with the destination's element count, cast to its dtype. ValueError otherwise."""
@@ -549,18 +592,13 @@ def execute(program: Program, *, record_boundaries: bool = True,
     """
     given = given_draws(program, draws) if draws else {}
     lay = layouts(program)
+    steps = op_steps(program)
+    tags = extent_tags(program)
     state = initial_state(program)
-    capacity = sum(lay[name].size for name in program.inputs) + sum(
-        lay[op.dst].size for op in program.ops)
-    nodes = _Nodes(capacity)
-    writers = _Writers(program, capacity)
+    store = _Versions(program, sum(lay[name].size for name in program.inputs)
+                      + sum(step.size for step in steps))
 
-    input_ids = []
-    for name in program.inputs:
-        layout = lay[name]
-        ids = nodes.add(INPUT_OP, DTYPE_CODE[layout.view.dtype], layout.starts)
-        writers.write(layout, None, ids)
-        input_ids.append(ids)
+    input_ids = [store.write(INPUT_OP, lay[name], tags[name], None) for name in program.inputs]
     input_vids = np.concatenate(input_ids) if input_ids else np.empty(0, np.int64)
 
     admission = Admission(True)
@@ -571,25 +609,19 @@ def execute(program: Program, *, record_boundaries: bool = True,
     if record_boundaries:
         boundaries += [state.snapshot()] * cuts.count(0)
 
-    for k, op in enumerate(program.ops):
-        dst = lay[op.dst]
-        float_op = dst.view.is_float
+    for k, step in enumerate(steps):
         read_vids = {}
-        if float_op:
-            for f in op.spec.sources:
-                src = lay[getattr(op, f)]
-                vids, reason = _resolve(nodes, writers, src, k, f"op {k}")
-                read_vids[f] = vids
-                if reason and admission.supported:
-                    admission = Admission(False, reason, k)
-        ev = execute_op(program, k, state, draws=given.get(k), forward=forward)
-        starts = dst.starts if ev.where is None else dst.starts[ev.where]
-        out = nodes.add(k, DTYPE_CODE[dst.view.dtype], starts)
-        writers.write(dst, ev.where, out)
+        for f, src in step.sources:  # a float op's sources
+            vids, reason = store.resolve(src, tags[src.view.name], f"op {k}",
+                                         admission.supported)
+            read_vids[f] = vids
+            if reason:
+                admission = Admission(False, reason, k)
+        operands, drawn, where, _ = _run_step(program, step, state, given.get(k), forward)
+        out = store.write(k, step.dst, tags[step.dst.view.name], where)
         # the written values stay in the state; no reverse rule or check reads them from
         # the record, which would hold a second copy of everything written
-        records.append(OpValues(ev.index, ev.op, ev.dtype, ev.dst_size, ev.operands, ev.draws,
-                                ev.where))
+        records.append(OpValues(k, step.op, step.dtype, step.size, operands, drawn, where))
         versions.append(OpVersions(read_vids, out))
         if record_boundaries and (k + 1) in cuts:
             boundaries += [state.snapshot()] * cuts.count(k + 1)
@@ -597,12 +629,12 @@ def execute(program: Program, *, record_boundaries: bool = True,
     loss_layout = lay[program.loss.view]
     loss_vids = np.full(loss_layout.size, CONST, dtype=np.int64)
     if loss_layout.view.is_float:
-        loss_vids, reason = _resolve(nodes, writers, loss_layout,
-                                     len(program.ops), "the loss")
-        if reason and admission.supported:
+        loss_vids, reason = store.resolve(loss_layout, tags[program.loss.view], "the loss",
+                                          admission.supported)
+        if reason:
             admission = Admission(False, reason, None)
     return Execution(program, state, records, versions, input_vids, loss_vids,
-                     loss_of(program, state), admission, nodes.n, boundaries)
+                     loss_of(program, state), admission, store.n, boundaries)
 
 
 def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
@@ -635,7 +667,7 @@ def reverse_sweep(ex: Execution, reverse: Mapping[OpKind, ReverseRule | None] = 
             continue
         g = adj[ver.writes]
         if operands is not None:
-            rec = replace(rec, operands=operands(rec))
+            rec = rec._replace(operands=operands(rec))
         for f, contrib in rule(rec, g).items():
             _accumulate(adj, ver.reads[f], contrib)
     return adj[ex.input_vids].astype(np.float64)

@@ -133,12 +133,19 @@ class Blocks:
     same generator states; a cache carried by the program computes them once per check.
     It only memoises the pure function (state, n) -> uniforms: whoever draws still
     chooses the state it draws from, so a replay from a wrong state draws wrong values.
+
+    ``span``: how many blocks to compute at once from a state not seen before (the
+    program's draws in all). A program's draw ops consume consecutive blocks, so one
+    Philox evaluation serves them all: block j depends only on (key, counter + j), and
+    a run of blocks sliced at an offset is what a draw from that offset computes.
     """
 
-    __slots__ = ("_draws", "_hits")
+    __slots__ = ("_draws", "_hits", "_runs", "span")
 
-    def __init__(self) -> None:
+    def __init__(self, span: int = 0) -> None:
+        self.span = min(span, BLOCKS_MAX_ELEMENTS)
         self._hits: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._runs: list[tuple[tuple[int, int], int, np.ndarray, np.ndarray]] = []
         self._draws: dict[tuple, np.ndarray] = {}
 
     def memo(self, key: tuple, n: int, compute: Callable[[], np.ndarray]) -> np.ndarray:
@@ -159,11 +166,20 @@ class Blocks:
         key = (state.key, state.counter, n)
         hit = self._hits.get(key)
         if hit is None:
-            u1, u2 = uniforms(words(state, n))
-            u1.setflags(write=False)
-            u2.setflags(write=False)
-            hit = self._hits[key] = (u1, u2)
+            hit = self._hits[key] = self._from_runs(state, n)
         return hit
+
+    def _from_runs(self, state: RngState, n: int) -> tuple[np.ndarray, np.ndarray]:
+        counter = state.counter_int
+        for run_key, first, u1, u2 in self._runs:
+            at = (counter - first) % MOD128
+            if run_key == state.key and at + n <= u1.size:
+                return u1[at: at + n], u2[at: at + n]
+        u1, u2 = uniforms(words(state, max(n, self.span)))
+        u1.setflags(write=False)
+        u2.setflags(write=False)
+        self._runs.append((state.key, counter, u1, u2))
+        return u1[:n], u2[:n]
 
 
 def normals(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:

@@ -42,7 +42,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from replayverify.programs.arrays import array_namespace, scatter_add, to_host
+from replayverify.programs.arrays import scatter_add, to_host
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import (
     FORWARD,
@@ -134,6 +134,7 @@ class RunPlan:
     bounds: tuple[tuple[int, int], ...]
     nbytes: int
     ops: tuple[OpPlan, ...]
+    loss_weights: np.ndarray  # float64, read-only
 
 
 def run_plan(program: Program) -> RunPlan:
@@ -156,7 +157,9 @@ def _make_plan(program: Program) -> RunPlan:
         ops.append(OpPlan(op, dst, reads, dict(reads), buffers,
                           sum(sizes[b] for b in buffers), op.spec.partial,
                           dst.view.is_float, bool(op.spec.draws)))
-    return RunPlan(program.segment_bounds(), program.nbytes, tuple(ops))
+    weights = np.asarray(program.loss.weights, dtype=np.float64)
+    weights.setflags(write=False)
+    return RunPlan(program.segment_bounds(), program.nbytes, tuple(ops), weights)
 
 
 # ---------------------------------------------------------------- recovery records
@@ -244,11 +247,9 @@ class Tape:
         return len(self.bounds)
 
 
-def gather_view(buffers: Mapping[str, Any], layout: ViewLayout) -> Any:
-    """A view's values read from ``buffers`` (any mapping of uint8 arrays of one module)."""
-    buf = buffers[layout.view.buffer]
-    raw = buf[layout.index(array_namespace(buf))]
-    return raw.view(layout.dtype).reshape(layout.view.shape)
+def gather_view(buffers: Mapping[str, Any], layout: ViewLayout, xp: ModuleType) -> Any:
+    """A view's values, flat, read from ``buffers`` (a mapping of ``xp`` uint8 arrays)."""
+    return buffers[layout.view.buffer][layout.index(xp)].view(layout.dtype)
 
 
 def operand_bytes(rec: OpValues) -> int:
@@ -366,30 +367,34 @@ def _forward(tape: Tape, state: State) -> None:
         st.end(tape, s, state)
 
 
-def _back_op(tape: Tape, adj: dict[str, Any], k: int, rec: OpValues) -> None:
-    """vbar_p(k) += vbar_k * f_k'(v_p(k)) on storage slots, for op ``k``.
+def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpValues]
+                  ) -> None:
+    """vbar_p(k) += vbar_k * f_k'(v_p(k)) on storage slots, for ops ``first + j`` in
+    reverse order, ``ops[j]`` being the recovered record of op ``first + j``.
 
     What op ``k`` wrote follows from the *recovered* operands (a wrong recovered index
     misplaces the adjoints, as it would in a real engine)."""
     xp = tape.xp
-    plan = tape.plans[k]
-    dst = plan.dst
-    a = adj[dst.view.buffer]
-    where = written_positions(plan.op, rec.operands, dst.size) if plan.partial else None
-    starts = dst.starts if xp is np else dst.starts_in(xp)
-    g = a[starts if where is None else starts[where]]
-    a[dst.bytes_of(where, xp)] = 0.0
-    rule = REVERSE[plan.op.kind]
-    if rule is None or not plan.float_write or g.size == 0:
-        return
-    if rec.where is not where:  # the rule sees what op k wrote as derived here
-        rec = OpValues(k, plan.op, dst.dtype, dst.size, rec.operands, rec.draws, where)
-    for f, c in rule(rec, g).items():
-        src = plan.sources[f]
-        if xp is np:  # a view's elements never overlap: its starts are distinct slots
-            adj[src.view.buffer][src.starts] += c
-        else:
-            scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
+    for j in reversed(range(len(ops))):
+        k, rec = first + j, ops[j]
+        plan = tape.plans[k]
+        dst = plan.dst
+        a = adj[dst.view.buffer]
+        where = written_positions(plan.op, rec.operands, dst.size) if plan.partial else None
+        starts = dst.starts if xp is np else dst.starts_in(xp)
+        g = a[starts if where is None else starts[where]]
+        a[dst.index(xp) if where is None else dst.bytes_of(where, xp)] = 0.0
+        rule = REVERSE[plan.op.kind]
+        if rule is None or not plan.float_write or g.size == 0:
+            continue
+        if rec.where is not where:  # the rule sees what op k wrote as derived here
+            rec = OpValues(k, plan.op, dst.dtype, dst.size, rec.operands, rec.draws, where)
+        for f, c in rule(rec, g).items():
+            src = plan.sources[f]
+            if xp is np:  # a view's elements never overlap: its starts are distinct slots
+                adj[src.view.buffer][src.starts] += c
+            else:
+                scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 
 
 @quiet
@@ -419,7 +424,7 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     adj = {b.name: xp.zeros(b.nbytes, dtype=xp.float64) for b in program.buffers}
     loss = lay[program.loss.view]
     if loss.view.is_float:
-        weights = np.asarray(program.loss.weights, dtype=np.float64)
+        weights = run_plan(program).loss_weights
         scatter_add(xp, adj[loss.view.buffer], loss.starts_in(xp),
                     weights if xp is np else xp.asarray(weights))
     replays: list[Snapshot | None] = [None] * len(tape.bounds)
@@ -427,9 +432,7 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
         rec = strategies[s].recover(tape, s, state)
         replays[s] = rec.replay
         if admission.supported:
-            a, _ = tape.bounds[s]
-            for j in reversed(range(len(rec.ops))):
-                _back_op(tape, adj, a + j, rec.ops[j])
+            _back_segment(tape, adj, tape.bounds[s][0], rec.ops)
         tape.temp_now = 0  # the segment's workspace is released once it is differentiated
 
     gradient = None

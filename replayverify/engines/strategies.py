@@ -69,8 +69,9 @@ class Eager(Strategy):
         ops = []
         for k in range(a, b):
             saved, rng = tape.data[("eager", k)]
-            operands = {f: gather_view(saved, lay) for f, lay in tape.plans[k].reads}
-            draws = redraw(tape, k, self.rng_for(tape, k, rng, state))
+            plan = tape.plans[k]
+            operands = {f: gather_view(saved, lay, tape.xp) for f, lay in plan.reads}
+            draws = redraw(tape, k, self.rng_for(tape, k, rng, state)) if plan.draws else None
             ops.append(tape.recovered(k, operands, draws))
         return Recovery(ops)
 
@@ -234,7 +235,7 @@ class Whole(Strategy):
 # ---------------------------------------------------------------- region
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JournalEntry:
     """Old and new bytes of the regions one op overwrote, in one buffer."""
 
@@ -286,7 +287,7 @@ class Region(Strategy):
         tape.keep(s, ("rng", s), state.rng, RNG_BYTES)
 
     def journal_open(self, tape: Tape, k: int, state: State) -> Any:
-        dst = tape.lay[tape.program.ops[k].dst]
+        dst = tape.plans[k].dst
         buf = state.buffers[dst.view.buffer]
         g = self.granularity or dst.dtype.itemsize
         idx, regions = dst.regions(g, buf.size, tape.xp)
@@ -296,7 +297,7 @@ class Region(Strategy):
                       pending: Any) -> None:
         if pending is None:
             return
-        dst = tape.lay[tape.program.ops[k].dst]
+        dst = tape.plans[k].dst
         buf = state.buffers[dst.view.buffer]
         g = self.granularity or dst.dtype.itemsize
         idx, old, regions = pending

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replayverify.programs.arrays import unique_ints
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
-from replayverify.programs.model import OpKind, Program
+from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import ViewLayout, initial_state, layouts
 
 H = 1e-200
@@ -52,23 +51,71 @@ class ComplexStep:
         return self.gradient is not None
 
 
-class _Imag:
-    """Imaginary parts of every float64 word, (coordinates, words) per buffer."""
+@dataclass(frozen=True, slots=True)
+class _Words:
+    """A view's elements as rows of the imaginary storage: one 8-byte word per float64
+    element; for an integer element, the word holding it."""
 
-    def __init__(self, program: Program, n_coords: int):
-        self.imag = {b.name: np.zeros((n_coords, -(-b.nbytes // WORD)))
-                     for b in program.buffers}
+    buffer: str
+    size: int
+    words: np.ndarray  # element -> word (first byte // 8)
+    rows: slice | np.ndarray  # ``words`` as a slice when consecutive: no gather/scatter
 
-    def read(self, layout: ViewLayout) -> np.ndarray:
-        return self.imag[layout.view.buffer][:, layout.starts // WORD]
 
-    def write(self, layout: ViewLayout, imag: np.ndarray | None, where) -> None:
-        if imag is None:  # integer write: the words it touches have no derivative
-            words = unique_ints(layout.bytes_of(where) // WORD)
-            self.imag[layout.view.buffer][:, words] = np.nan
-            return
-        starts = layout.starts if where is None else layout.starts[where]
-        self.imag[layout.view.buffer][:, starts // WORD] = imag
+def _words(layout: ViewLayout) -> _Words:
+    words = layout.starts // WORD
+    rows = words
+    n = words.size
+    if n and words[-1] - words[0] == n - 1 and (n == 1 or (np.diff(words) == 1).all()):
+        rows = slice(int(words[0]), int(words[0]) + n)
+    return _Words(layout.view.buffer, n, words, rows)
+
+
+@dataclass(frozen=True, slots=True)
+class _ComplexStep:
+    """One op as the complex step runs it, derived once per program."""
+
+    op: Op
+    dst: _Words
+    dtype: np.dtype  # the destination's
+    is_float: bool
+    sources: tuple[tuple[str, _Words], ...]  # (field, view) of each value source
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Everything the complex step derives from the program alone."""
+
+    words: dict[str, int]  # per buffer, its word count
+    n_coords: int
+    inputs: tuple[_Words, ...]
+    steps: tuple[_ComplexStep, ...]
+    loss: _Words
+    loss_float: bool
+    weights: np.ndarray  # the loss weights, float64
+
+
+def _plan(program: Program) -> _Plan:
+    """The complex step's word indices and op steps: derived once and carried by the
+    program, so that a check only propagates values."""
+    plan = program.derived.get("complex_plan")
+    if plan is None:
+        plan = program.derived["complex_plan"] = _derive_plan(program)
+    return plan
+
+
+def _derive_plan(program: Program) -> _Plan:
+    lay = layouts(program)
+    views = {name: _words(lo) for name, lo in lay.items()}
+    steps = tuple(
+        _ComplexStep(op, views[op.dst], lay[op.dst].dtype, lay[op.dst].view.is_float,
+                     tuple((f, views[getattr(op, f)]) for f in op.spec.sources))
+        for op in program.ops)
+    inputs = tuple(views[name] for name in program.inputs)
+    loss = program.loss.view
+    return _Plan({b.name: -(-b.nbytes // WORD) for b in program.buffers},
+                 sum(v.size for v in inputs), inputs, steps, views[loss],
+                 lay[loss].view.is_float, np.asarray(program.loss.weights, dtype=np.float64))
 
 
 @quiet
@@ -90,43 +137,42 @@ def complex_step(
                            + ", ".join(f32))
     if refusal:
         return ComplexStep(None, refusal)
-    lay = layouts(program)
-    inputs = [lay[name] for name in program.inputs]
-    n_coords = sum(lo.size for lo in inputs)
-    im = _Imag(program, n_coords)
+    plan = _plan(program)
+    n_coords = plan.n_coords
+    # imaginary parts of every float64 word, (words, coordinates) per buffer
+    imag = {name: np.zeros((n, n_coords)) for name, n in plan.words.items()}
+    seeds = np.eye(n_coords) * h  # input coordinate c: i*h
     at = 0
-    for lo in inputs:
-        seed = np.zeros((n_coords, lo.size))
-        seed[at + np.arange(lo.size), np.arange(lo.size)] = h
-        im.write(lo, seed, None)
-        at += lo.size
+    for v in plan.inputs:
+        imag[v.buffer][v.rows] = seeds[at:at + v.size]
+        at += v.size
 
     state = initial_state(program)
     perturbed = None
-    for k, op in enumerate(program.ops):
-        dst = lay[op.dst]
-        if not dst.view.is_float:
-            ev = execute_op(program, k, state, forward=forward)
-            im.write(dst, None, ev.where)
+    for k, step in enumerate(plan.steps):
+        dst = step.dst
+        if not step.is_float:  # integer write: the words it touches have no derivative
+            where = execute_op(program, k, state, forward=forward).where
+            imag[dst.buffer][dst.rows if where is None else dst.words[where]] = np.nan
             continue
-        imag = {f: im.read(lay[getattr(op, f)]) for f in op.spec.sources}
+        parts = [(f, imag[v.buffer][v.rows]) for f, v in step.sources]  # (views if slices)
         ev = execute_op(program, k, state, forward=forward)
         with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are legal values
             # (elements, coordinates): the forward rules batch over a trailing axis
-            operands = {f: ev.operands[f][:, None] + 1j * imag[f].T for f in imag}
-            if op.spec.indexed:
+            operands = {f: ev.operands[f][:, None] + 1j * part for f, part in parts}
+            if step.op.spec.indexed:
                 operands["index"] = ev.operands["index"]
-            out, where = forward[op.kind](op, operands, ev.draws, dst.dtype, dst.size)
-        im.write(dst, np.imag(out).T, where)
+            out, where = forward[step.op.kind](step.op, operands, ev.draws, step.dtype,
+                                               dst.size)
+        imag[dst.buffer][dst.rows if where is None else dst.words[where]] = np.imag(out)
         if perturbed is None and not _real_parts_kept(out, ev.values):
             perturbed = k
 
-    loss = lay[program.loss.view]
-    if not loss.view.is_float:
+    if not plan.loss_float:
         return ComplexStep(np.zeros(n_coords))
-    w = np.asarray(program.loss.weights, dtype=np.float64)
+    loss = imag[plan.loss.buffer][plan.loss.rows].T  # (coordinates, elements)
     with np.errstate(over="ignore", invalid="ignore"):
-        return ComplexStep(np.sum(w[None, :] * im.read(loss), axis=1) / h,
+        return ComplexStep(np.sum(plan.weights[None, :] * loss, axis=1) / h,
                            perturbed=perturbed)
 
 
@@ -135,9 +181,13 @@ def _real_parts_kept(out: np.ndarray, values: np.ndarray | None) -> bool:
     perturbation is small): otherwise the complex evaluation left the linear regime."""
     if values is None:
         return True
-    re = np.real(out)
+    re = out.real
     want = np.asarray(values, np.float64).reshape(re.shape[0], *([1] * (re.ndim - 1)))
+    if (re == want).all():  # the common case (no rounding apart)
+        return True
     with np.errstate(all="ignore"):
         close = np.abs(re - want) <= 1e-8 * np.abs(want)
+    if close.all():
+        return True
     same_special = (re == want) | (np.isnan(re) & np.isnan(want))
     return bool(np.all(close | same_special))

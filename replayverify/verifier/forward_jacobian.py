@@ -27,7 +27,7 @@ from replayverify.programs.arrays import unique_ints
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
-from replayverify.programs.state import ViewLayout, initial_state, layouts
+from replayverify.programs.state import initial_state, layouts
 
 # The reference is meant to be more accurate than the reverse sweep it checks: with
 # tangents in extended precision (80-bit on x86-64; float64 where the platform has no
@@ -122,30 +122,116 @@ class Addresses:
 def addresses(program: Program) -> Addresses:
     """Number the distinct float element addresses of every float view of ``program``
     (in the order of (buffer, first byte, itemsize)); derived once per program."""
-    found = program.derived.get("addresses")
-    if found is None:
-        found = program.derived["addresses"] = _addresses(program)
-    return found
+    return _plan(program).addresses
 
 
-def _addresses(program: Program) -> Addresses:
+WORD = 4  # tags are kept per aligned 4-byte word (see _ViewTags)
+CONST_TAGS = np.int64(CONST).tobytes()  # the bytes of one CONST tag
+
+
+@dataclass(frozen=True, slots=True)
+class _ViewTags:
+    """What the shadow needs of one view, derived once per program (no value enters it).
+
+    Offsets and strides are multiples of the itemsize (4 or 8), so every element covers
+    whole aligned 4-byte words and every write tags whole words: one tag per word says
+    exactly what one tag per byte would (the interpreter's ``_Writers`` argues the same).
+    Arrays are element-major: an element's words are consecutive.
+    """
+
+    name: str
+    buffer: str
+    size: int
+    words: np.ndarray  # index of each element's words in the buffer's tag array
+    own: np.ndarray | None  # float views: the address of each element (its tangent row)
+    rows: slice | np.ndarray | None  # ``own`` as a slice when consecutive: no gather/scatter
+    own_tags: np.ndarray | None  # ``own`` repeated per word: the tags its own writes leave
+    all_own: bytes  # the view's tags as bytes when every element was last written whole
+    all_const: bytes  # ... and when no element was ever written
+
+
+@dataclass(frozen=True, slots=True)
+class _TangentStep:
+    """One op as the forward Jacobian runs it, derived once per program."""
+
+    op: Op
+    dst: _ViewTags
+    dtype: np.dtype  # the destination's
+    is_float: bool
+    sources: tuple[tuple[str, _ViewTags], ...]  # (field, view) of each value source
+    cast: bool  # some source is not float64: its values are cast for the tangent rule
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Everything the forward Jacobian derives from the program alone."""
+
+    addresses: Addresses
+    n_coords: int
+    inputs: tuple[_ViewTags, ...]
+    steps: tuple[_TangentStep, ...]
+    loss: _ViewTags
+    loss_float: bool
+
+
+def _plan(program: Program) -> _Plan:
+    """The forward Jacobian's addresses, view tags and op steps: derived once and carried
+    by the program, so that a check only propagates values and tangents."""
+    plan = program.derived.get("tangent_plan")
+    if plan is None:
+        plan = program.derived["tangent_plan"] = _derive_plan(program)
+    return plan
+
+
+def _derive_plan(program: Program) -> _Plan:
+    # Every view's elements at once, then one slice per view: a handful of array
+    # operations per program rather than several per view.
     lay = layouts(program)
+    los = [lay[v.name] for v in program.views]
+    sizes = [lo.size for lo in los]
+    starts = np.concatenate([lo.starts for lo in los])
     buf_id = {b.name: i for i, b in enumerate(program.buffers)}
-    floats = [lay[v.name] for v in program.views if v.is_float]
-    if not floats:
-        return Addresses(0, {})
-    # key = (buffer, first byte, itemsize) as one integer in the same lexicographic order
-    # (the itemsize distinguishes float32 from float64); ids are the keys' ranks
+    # per element: its buffer, 1 if 8 bytes wide (2 words, else 1), 1 if float
+    buf, wide, is_float = np.repeat(
+        [(buf_id[lo.view.buffer], lo.dtype.itemsize == 8, lo.view.is_float) for lo in los],
+        sizes, axis=0).T
+    # address key = (buffer, first byte, itemsize) as one integer in the same lexicographic
+    # order (the itemsize distinguishes float32 from float64); ids are the keys' ranks
     span = max(b.nbytes for b in program.buffers) + 1
-    keys = np.concatenate([(buf_id[lo.view.buffer] * span + lo.starts) * 2
-                           + (lo.dtype.itemsize == 8) for lo in floats])
-    uniq = unique_ints(keys)
-    ids = np.searchsorted(uniq, keys)
-    out, at = {}, 0
-    for lo in floats:
-        out[lo.view.name] = ids[at:at + lo.size]
-        at += lo.size
-    return Addresses(int(ids.max()) + 1, out)
+    keys = (buf * span + starts) * 2 + wide
+    uniq = unique_ints(keys[is_float == 1])
+    ids = np.searchsorted(uniq, keys)  # meaningful at float elements only
+    per = wide + 1
+    words = np.repeat(starts // WORD, per)
+    words[np.cumsum(per)[wide == 1] - 1] += 1  # an 8-byte element's second word
+    own_tags = np.repeat(ids, per)
+
+    views: dict[str, _ViewTags] = {}
+    of_view: dict[str, np.ndarray] = {}
+    at = wat = 0
+    for lo, n in zip(los, sizes):
+        name, nw = lo.view.name, n * (lo.dtype.itemsize // WORD)
+        own = rows = tags = None
+        if lo.view.is_float:
+            own = rows = of_view[name] = ids[at:at + n]
+            if n and own[-1] - own[0] == n - 1 and (n == 1 or (np.diff(own) == 1).all()):
+                rows = slice(int(own[0]), int(own[0]) + n)
+            tags = own_tags[wat:wat + nw]
+        views[name] = _ViewTags(name, lo.view.buffer, n, words[wat:wat + nw], own, rows, tags,
+                                b"" if tags is None else tags.tobytes(), CONST_TAGS * nw)
+        at, wat = at + n, wat + nw
+
+    steps = []
+    for op in program.ops:
+        dst = lay[op.dst]
+        sources = tuple((f, views[getattr(op, f)]) for f in op.spec.sources)
+        cast = any(lay[getattr(op, f)].dtype.char != "d" for f in op.spec.sources)
+        steps.append(_TangentStep(op, views[op.dst], dst.dtype, dst.view.is_float, sources,
+                                  cast))
+    inputs = tuple(views[name] for name in program.inputs)
+    loss = program.loss.view
+    return _Plan(Addresses(int(uniq.size), of_view), sum(t.size for t in inputs), inputs,
+                 tuple(steps), views[loss], lay[loss].view.is_float)
 
 
 @dataclass(frozen=True)
@@ -163,78 +249,55 @@ class ForwardJacobian:
 
 
 class _Shadow:
-    """Tangent rows per address and a per-byte tag of the address that last wrote it."""
+    """Tangent rows per address and a per-word tag of the address that last wrote it."""
 
-    def __init__(self, program: Program, n_coords: int, precision: type = PRECISION):
-        self.program = program
-        self.addr = addresses(program)
-        self.tangent = np.zeros((self.addr.count, n_coords), dtype=precision)
-        self.tags = {b.name: np.full(b.nbytes, CONST, np.int64) for b in program.buffers}
-        # per float view: its element addresses repeated per byte, (elements, itemsize)
-        # (the tags its own writes leave), and as bytes the tags of a whole view last
-        # written by its own elements and of a never-written one (derived once per program)
-        self.own_bytes = program.derived.setdefault("address_bytes", {})
+    def __init__(self, program: Program, plan: _Plan, precision: type = PRECISION):
+        self.tangent = np.zeros((plan.addresses.count, plan.n_coords), dtype=precision)
+        self.tags = {b.name: np.full(-(-b.nbytes // WORD), CONST, np.int64)
+                     for b in program.buffers}
 
-    def _own_bytes(self, layout: ViewLayout) -> tuple[np.ndarray, bytes, bytes]:
-        hit = self.own_bytes.get(layout.view.name)
-        if hit is None:
-            own = self.addr.of_view[layout.view.name]
-            rep = np.repeat(own, layout.dtype.itemsize).reshape(layout.size, -1)
-            rep.setflags(write=False)
-            const = np.full(rep.size, CONST, np.int64).tobytes()
-            hit = self.own_bytes[layout.view.name] = (rep, rep.tobytes(), const)
-        return hit
+    def read(self, vt: _ViewTags) -> tuple[np.ndarray, int | None]:
+        """Tangents (elements, coordinates) of a float view; the first undefined element.
 
-    def read(self, layout: ViewLayout) -> tuple[np.ndarray, int | None]:
-        """Tangents (elements, coordinates) of a float view; the first undefined element."""
-        own = self.addr.of_view[layout.view.name]
-        tags = self.tags[layout.view.buffer][layout.byte_index]
-        rep, all_mine, all_const = self._own_bytes(layout)
+        An element is defined iff its words all carry its own address or are all CONST.
+        A CONST word was never written, and a write tags every word of its elements, so
+        (i) the words of one element are never part CONST, part its own address: a word
+        test says what the element test says; (ii) a CONST element's tangent row was never
+        written either: it is still 0. Defined elements therefore read their own rows.
+        """
+        tags = self.tags[vt.buffer][vt.words]
         raw = tags.tobytes()
-        if raw == all_mine:  # every element last written whole at its own address
-            return self.tangent.take(own, axis=0), None
-        if raw == all_const:  # never written: tangent 0
-            return np.zeros((layout.size, self.tangent.shape[1]), self.tangent.dtype), None
-        tags = tags.reshape(layout.size, -1)
-        mine = (tags == rep).all(axis=1)
-        const = (tags == CONST).all(axis=1)
-        bad = ~(mine | const)
-        first = int(np.flatnonzero(bad)[0]) if bad.any() else None
-        return np.where(mine[:, None], self.tangent[own], 0.0), first
+        if raw != vt.all_own and raw != vt.all_const:
+            ok = (tags == vt.own_tags) | (tags == CONST)
+            if not ok.all():
+                first = int(np.flatnonzero(~ok)[0]) // (tags.size // vt.size)
+                mine = (tags == vt.own_tags).reshape(vt.size, -1).all(axis=1)
+                return np.where(mine[:, None], self.tangent[vt.own], 0.0), first
+        return self.tangent[vt.rows], None  # (a view of the rows when they are a slice)
 
-    def write(self, layout: ViewLayout, tangent: np.ndarray | None, where) -> None:
+    def write(self, vt: _ViewTags, tangent: np.ndarray | None, where) -> None:
         """Tangents of the written elements (None: an integer write, tangent undefined)."""
-        if tangent is None:
-            self.tags[layout.view.buffer][layout.bytes_of(where)] = INT_WRITTEN
-            return
-        own = self.addr.of_view[layout.view.name]
-        rep = self._own_bytes(layout)[0]
+        tags = self.tags[vt.buffer]
         if where is None:
-            self.tangent[own] = tangent
-            self.tags[layout.view.buffer][layout.byte_index] = rep.reshape(-1)
-        else:
-            self.tangent[own[where]] = tangent
-            self.tags[layout.view.buffer][layout.bytes_of(where)] = rep[where].reshape(-1)
+            if tangent is None:
+                tags[vt.words] = INT_WRITTEN
+                return
+            self.tangent[vt.rows] = tangent
+            tags[vt.words] = vt.own_tags
+            return
+        words = vt.words.reshape(vt.size, -1)[where]
+        if tangent is None:
+            tags[words] = INT_WRITTEN
+            return
+        self.tangent[vt.own[where]] = tangent
+        tags[words] = vt.own_tags.reshape(vt.size, -1)[where]
 
-    def why(self, layout: ViewLayout, j: int, what: str) -> str:
-        tags = self.tags[layout.view.buffer][layout.bytes_of(np.array([j]))]
-        where = f"float read at {what} (view {layout.view.name!r} element {j})"
+    def why(self, vt: _ViewTags, j: int, what: str) -> str:
+        tags = self.tags[vt.buffer][vt.words.reshape(vt.size, -1)[j]]
+        where = f"float read at {what} (view {vt.name!r} element {j})"
         if np.any(tags == INT_WRITTEN):
             return f"{where}: its bytes were last written by an integer op"
         return f"{where}: its bytes are not one float write of this element's address"
-
-
-def _steps(program: Program) -> tuple:
-    """Per op: (op, dst layout, dst is float, ((field, layout) of each value source)),
-    looked up once per program."""
-    steps = program.derived.get("tangent_steps")
-    if steps is None:
-        lay = layouts(program)
-        steps = program.derived["tangent_steps"] = tuple(
-            (op, lay[op.dst], lay[op.dst].view.is_float,
-             tuple((f, lay[getattr(op, f)]) for f in op.spec.sources))
-            for op in program.ops)
-    return steps
 
 
 @quiet
@@ -250,45 +313,44 @@ def forward_jacobian(
     Tangents are carried in ``precision`` (extended by default) and the gradient is
     rounded to float64 once at the end.
     """
-    lay = layouts(program)
-    inputs = [lay[name] for name in program.inputs]
-    n_coords = sum(lo.size for lo in inputs)
-    shadow = _Shadow(program, n_coords, precision)
+    plan = _plan(program)
+    n_coords = plan.n_coords
+    shadow = _Shadow(program, plan, precision)
     state = initial_state(program)
+    seeds = np.eye(n_coords, dtype=precision)  # input coordinate c: tangent e_c
     at = 0
-    for lo in inputs:
-        seed = np.zeros((lo.size, n_coords), dtype=precision)
-        seed[np.arange(lo.size), at + np.arange(lo.size)] = 1.0
-        shadow.write(lo, seed, None)
-        at += lo.size
+    for vt in plan.inputs:
+        shadow.write(vt, seeds[at:at + vt.size], None)
+        at += vt.size
 
     refused: tuple[int | None, str] | None = None
-    for k, (op, dst, is_float, sources) in enumerate(_steps(program)):
-        tans = {}
-        if is_float:
-            for f, src in sources:
-                tans[f], bad = shadow.read(src)
-                if bad is not None and refused is None:
-                    refused = (k, shadow.why(src, bad, f"op {k}"))
-        ev = execute_op(program, k, state, forward=forward)
-        if not is_float:
-            shadow.write(dst, None, ev.where)
+    for k, step in enumerate(plan.steps):
+        if not step.is_float:
+            shadow.write(step.dst, None, execute_op(program, k, state, forward=forward).where)
             continue
-        rule = tangent[op.kind]
+        tans = {}
+        for f, src in step.sources:
+            tans[f], bad = shadow.read(src)
+            if bad is not None and refused is None:
+                refused = (k, shadow.why(src, bad, f"op {k}"))
+        ev = execute_op(program, k, state, forward=forward)
+        rule = tangent[step.op.kind]
         if rule is None:
-            raise ValueError(f"op {k}: {op.kind.value} writes a float view but has no tangent")
-        # (quiet: float32 sNaN bits from integer writes warn in the cast)
-        values = {f: (a.astype(np.float64, copy=False) if f != "index" else a)
-                  for f, a in ev.operands.items()}
-        t_out, where = rule(op, values, tans, ev.draws, dst.dtype, dst.size)
-        shadow.write(dst, t_out, where)
+            raise ValueError(f"op {k}: {step.op.kind.value} writes a float view but has no "
+                             "tangent")
+        values = ev.operands
+        if step.cast:  # (quiet: float32 sNaN bits from integer writes warn in the cast)
+            values = {f: (a.astype(np.float64) if f != "index" else a)
+                      for f, a in values.items()}
+        t_out, where = rule(step.op, values, tans, ev.draws, step.dtype, step.dst.size)
+        shadow.write(step.dst, t_out, where)
 
-    loss = lay[program.loss.view]
-    if not loss.view.is_float:
-        return ForwardJacobian(np.zeros(n_coords), loss_tangent=np.zeros((loss.size, n_coords)))
-    t_loss, bad = shadow.read(loss)
+    if not plan.loss_float:
+        return ForwardJacobian(np.zeros(n_coords),
+                               loss_tangent=np.zeros((plan.loss.size, n_coords)))
+    t_loss, bad = shadow.read(plan.loss)
     if bad is not None and refused is None:
-        refused = (None, shadow.why(loss, bad, "the loss"))
+        refused = (None, shadow.why(plan.loss, bad, "the loss"))
     if refused is not None:
         return ForwardJacobian(None, refused[0], refused[1])
     w = np.asarray(program.loss.weights, dtype=np.float64).astype(precision)

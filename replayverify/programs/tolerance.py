@@ -6,11 +6,14 @@ import numpy as np
 
 from replayverify.programs.model import Program
 
+EPS = {name: float(np.finfo(name).eps) for name in ("float64", "float32")}
+
 
 def tolerance(dtype: str, n_ops: int, g_ref: np.ndarray) -> float:
     """|g - g_ref| <= 64 * eps(dtype) * n_ops * max(1, max|g_ref|)  (SPEC §5)."""
-    eps = float(np.finfo(np.dtype(dtype)).eps)
-    scale = max(1.0, float(np.max(np.abs(g_ref)))) if np.size(g_ref) else 1.0
+    eps = EPS.get(dtype) or float(np.finfo(np.dtype(dtype)).eps)
+    g_ref = np.asarray(g_ref)
+    scale = max(1.0, float(np.abs(g_ref).max())) if g_ref.size else 1.0
     return 64.0 * eps * n_ops * scale
 
 
@@ -20,4 +23,8 @@ def float_dtype(program: Program) -> str:
 
 
 def program_tolerance(program: Program, g_ref: np.ndarray) -> float:
-    return tolerance(float_dtype(program), len(program.ops), g_ref)
+    """The tolerance for ``program``'s gradients (its float dtype found once per program)."""
+    dtype = program.derived.get("float_dtype")
+    if dtype is None:
+        dtype = program.derived["float_dtype"] = float_dtype(program)
+    return tolerance(dtype, len(program.ops), g_ref)

@@ -107,3 +107,12 @@ def unique_ints(a: Any) -> Any:
     keep[0] = True
     keep[1:] = s[1:] != s[:-1]
     return s[keep]
+
+
+def as_slice(ids: np.ndarray) -> slice | np.ndarray:
+    """``ids`` as the slice it equals when they are consecutive ascending integers (then
+    indexing reads a view and assigns without a scatter), else ``ids`` itself."""
+    n = ids.size
+    if n and int(ids[-1]) - int(ids[0]) == n - 1 and (n == 1 or (np.diff(ids) == 1).all()):
+        return slice(int(ids[0]), int(ids[0]) + n)
+    return ids

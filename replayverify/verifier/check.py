@@ -63,8 +63,10 @@ def reference_bytes(program: Program, check: str) -> tuple[int, int]:
 
 
 def _reference_bytes(program: Program, check: str) -> tuple[int, int]:
-    lay = layouts(program)
-    coords = sum(lay[name].size for name in program.inputs)
+    sizes = program.derived.get("reference_sizes")
+    if sizes is None:  # the same for both references: derived once
+        sizes = program.derived["reference_sizes"] = _reference_sizes(program)
+    coords, inputs_max, loss, float_ops = sizes
     if check == Check.FORWARD_JACOBIAN:
         item = np.dtype(PRECISION).itemsize
         shadow = addresses(program).count * coords * item
@@ -73,13 +75,20 @@ def _reference_bytes(program: Program, check: str) -> tuple[int, int]:
         shadow = sum(-(-b.nbytes // 8) for b in program.buffers) * coords * 8
         fixed, per_src, per_dst = shadow, 8 + 16, 3 * 16
     seed = 8 if check == Check.COMPLEX_STEP else np.dtype(PRECISION).itemsize
-    steps = [max((lay[name].size for name in program.inputs), default=0) * seed,
-             lay[program.loss.view].size * per_dst]
-    for op in program.ops:
-        if lay[op.dst].view.is_float:
-            steps.append(per_src * sum(lay[getattr(op, f)].size for f in op.spec.sources)
-                         + per_dst * lay[op.dst].size)
+    steps = [inputs_max * seed, loss * per_dst]
+    steps += [per_src * src + per_dst * dst for src, dst in float_ops]
     return fixed + coords * max(steps), shadow
+
+
+def _reference_sizes(program: Program) -> tuple[int, int, int, list[tuple[int, int]]]:
+    """Input coordinates, the largest input, the loss's elements and, per float op, its
+    sources' and its destination's elements: what both references' estimates count."""
+    lay = layouts(program)
+    float_ops = [(sum(lay[getattr(op, f)].size for f in op.spec.sources), lay[op.dst].size)
+                 for op in program.ops if lay[op.dst].view.is_float]
+    return (sum(lay[name].size for name in program.inputs),
+            max((lay[name].size for name in program.inputs), default=0),
+            lay[program.loss.view].size, float_ops)
 
 
 def _guard(what: str, program: Program, check: str) -> None:
@@ -111,7 +120,9 @@ def complex_step_verdict(ex: Execution) -> Verdict:
     """Version-graph gradient against the complex step."""
     try:
         _guard("the complex step", ex.program, Check.COMPLEX_STEP)
-        cs = complex_step(ex.program, refusal=ex.admission.reason)
+        # Only a diverge asks whether the step left the linear regime (``perturbed``):
+        # then a second, otherwise identical run watches the real parts.
+        cs = complex_step(ex.program, refusal=ex.admission.reason, watch=False)
     except TooLarge as exc:
         return Verdict(Outcome.UNSUPPORTED, None, str(exc))
     except MemoryError:  # the estimate is a bound of the arrays, not of the machine's memory
@@ -121,27 +132,28 @@ def complex_step_verdict(ex: Execution) -> Verdict:
     if not cs.supported:
         return Verdict(Outcome.UNSUPPORTED, None, f"{cs.reason} (nothing compared)")
     v = compare_gradients(ex.gradient, cs.gradient, ex.program, both_references=True)
-    if v.outcome is Outcome.DIVERGE and cs.perturbed is not None:
+    if v.outcome is not Outcome.DIVERGE:
+        return v
+    watched = complex_step(ex.program, refusal=ex.admission.reason)  # the same, watching
+    if watched.perturbed is not None:
         return Verdict(Outcome.UNSUPPORTED, None, f"the complex step left the linear regime "
-                       f"at op {cs.perturbed} (its real parts moved away from the forward "
-                       f"pass: i*h times a huge coefficient is no small step), so it cannot "
-                       f"judge here: {v.detail}")
-    if v.outcome is Outcome.DIVERGE:
-        # With h = 1e-200 the imaginary parts leave float64's normal range when a
-        # derivative is below ~1e-108 (or far above 1): a step that changes with h cannot
-        # judge. A diverge stands only when a second step, h = 1e-20, agrees with it.
-        again = complex_step(ex.program, refusal=ex.admission.reason, h=SECOND_H)
-        stable = compare_gradients(cs.gradient, again.gradient, ex.program,
-                                   both_references=True)
-        if stable.outcome is not Outcome.MATCH:
-            return Verdict(Outcome.UNSUPPORTED, None, "the complex step changes with h "
-                           f"(1e-200 vs {SECOND_H:g}: {stable.detail}), so it cannot judge "
-                           f"here: {v.detail}")
-        extreme = extreme_magnitude(ex)
-        if extreme:
-            return Verdict(Outcome.UNSUPPORTED, None, f"{extreme}: beyond the range the "
-                           f"complex step resolves with h = 1e-200, so it cannot judge here: "
-                           f"{v.detail}")
+                       f"at op {watched.perturbed} (its real parts moved away from the "
+                       f"forward pass: i*h times a huge coefficient is no small step), so it "
+                       f"cannot judge here: {v.detail}")
+    # With h = 1e-200 the imaginary parts leave float64's normal range when a derivative
+    # is below ~1e-108 (or far above 1): a step that changes with h cannot judge. A
+    # diverge stands only when a second step, h = 1e-20, agrees with it.
+    again = complex_step(ex.program, refusal=ex.admission.reason, h=SECOND_H, watch=False)
+    stable = compare_gradients(cs.gradient, again.gradient, ex.program, both_references=True)
+    if stable.outcome is not Outcome.MATCH:
+        return Verdict(Outcome.UNSUPPORTED, None, "the complex step changes with h "
+                       f"(1e-200 vs {SECOND_H:g}: {stable.detail}), so it cannot judge "
+                       f"here: {v.detail}")
+    extreme = extreme_magnitude(ex)
+    if extreme:
+        return Verdict(Outcome.UNSUPPORTED, None, f"{extreme}: beyond the range the "
+                       f"complex step resolves with h = 1e-200, so it cannot judge here: "
+                       f"{v.detail}")
     return v
 
 

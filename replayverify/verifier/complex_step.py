@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replayverify.programs.arrays import as_slice
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
 from replayverify.programs.model import Op, OpKind, Program
@@ -43,7 +44,7 @@ class ComplexStep:
     reason: str = ""  # why there is no gradient
     # the first op whose complex evaluation moved the real parts away from the forward
     # pass's values: the perturbation i*h*tangent was not small there (a huge coefficient
-    # times h), so the step is no reference (None: every op kept them)
+    # times h), so the step is no reference (None: every op kept them, or not watched)
     perturbed: int | None = None
 
     @property
@@ -64,11 +65,7 @@ class _Words:
 
 def _words(layout: ViewLayout) -> _Words:
     words = layout.starts // WORD
-    rows = words
-    n = words.size
-    if n and words[-1] - words[0] == n - 1 and (n == 1 or (np.diff(words) == 1).all()):
-        rows = slice(int(words[0]), int(words[0]) + n)
-    return _Words(layout.view.buffer, n, words, rows)
+    return _Words(layout.view.buffer, words.size, words, as_slice(words))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +122,14 @@ def complex_step(
     refusal: str = "",
     forward: Mapping[OpKind, ForwardRule] = FORWARD,
     h: float = H,
+    watch: bool = True,
 ) -> ComplexStep:
     """dL/d(inputs) = Im(L(inputs + i*h*e_c)) / h for every coordinate c, in one pass.
 
     ``refusal`` is the interpreter's admission reason when the derivative is not admitted.
     ``forward`` is the forward rule table, for the real and the complex evaluation alike.
+    ``watch`` compares every op's real parts with the forward pass's values to find
+    ``perturbed``; without it the gradient is the same and ``perturbed`` is None.
     """
     f32 = float32_views(program)
     if f32:
@@ -165,7 +165,7 @@ def complex_step(
             out, where = forward[step.op.kind](step.op, operands, ev.draws, step.dtype,
                                                dst.size)
         imag[dst.buffer][dst.rows if where is None else dst.words[where]] = np.imag(out)
-        if perturbed is None and not _real_parts_kept(out, ev.values):
+        if watch and perturbed is None and not _real_parts_kept(out, ev.values):
             perturbed = k
 
     if not plan.loss_float:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replayverify.programs.arrays import unique_ints
+from replayverify.programs.arrays import as_slice, unique_ints
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
@@ -213,9 +213,8 @@ def _derive_plan(program: Program) -> _Plan:
         name, nw = lo.view.name, n * (lo.dtype.itemsize // WORD)
         own = rows = tags = None
         if lo.view.is_float:
-            own = rows = of_view[name] = ids[at:at + n]
-            if n and own[-1] - own[0] == n - 1 and (n == 1 or (np.diff(own) == 1).all()):
-                rows = slice(int(own[0]), int(own[0]) + n)
+            own = of_view[name] = ids[at:at + n]
+            rows = as_slice(own)
             tags = own_tags[wat:wat + nw]
         views[name] = _ViewTags(name, lo.view.buffer, n, words[wat:wat + nw], own, rows, tags,
                                 b"" if tags is None else tags.tobytes(), CONST_TAGS * nw)

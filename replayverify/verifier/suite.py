@@ -231,8 +231,9 @@ def _lost(job: Job, reason: str) -> Outcome:
 SUITE_FILES = {"records_bytes": "records.jsonl", "stats_bytes": "programs.jsonl"}
 
 
-def _prepare(cfg: SuiteConfig) -> tuple[Journal, list[dict]]:
-    """Open the output directory; on resume, truncated to the last complete program."""
+def _prepare(cfg: SuiteConfig) -> tuple[Journal, list[Record], list[dict]]:
+    """Open the output directory; on resume, truncated to the last complete program,
+    whose records and statistics are read back."""
     meta = {"programs": cfg.programs, "seed": cfg.seed, "family": cfg.family,
             "shard": list(cfg.shard), "mutants": cfg.mutants,
             "engines": list(cfg.engines) if cfg.engines else None}
@@ -240,7 +241,7 @@ def _prepare(cfg: SuiteConfig) -> tuple[Journal, list[dict]]:
                            error=SuiteError)
     stats_path = cfg.out / SUITE_FILES["stats_bytes"]
     stats = [json.loads(line) for line in stats_path.read_text().splitlines() if line]
-    return journal, stats
+    return journal, read_records(cfg.out / SUITE_FILES["records_bytes"]), stats
 
 
 def run_suite(cfg: SuiteConfig,
@@ -256,7 +257,7 @@ def run_suite(cfg: SuiteConfig,
 
     start = time.perf_counter()
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
-    journal, stats = _prepare(cfg)
+    journal, records, stats = _prepare(cfg)
     done = journal.done
     executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, batch=BATCH)
     jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
@@ -268,10 +269,12 @@ def run_suite(cfg: SuiteConfig,
             journal.append({
                 "records_bytes": "".join(r.to_json() + "\n" for r in outcome.records).encode(),
                 "stats_bytes": (dumps(line, sort_keys=True) + "\n").encode()})
+            # kept as written, not read back: a record's fields are strings and numbers,
+            # which its JSON line gives back unchanged (tested)
+            records += outcome.records
             stats.append(line)
             if on_program is not None:
                 on_program(outcome, 1)
-    records = read_records(cfg.out / "records.jsonl")
     failures = []
     if any(r.failing for r in records):
         failures = shrink_failures(cfg.out, records, build_program, mutants=cfg.mutants,

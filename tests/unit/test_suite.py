@@ -114,6 +114,34 @@ def test_sigkill_then_resume_gives_the_records_of_an_uninterrupted_run(tmp_path)
     assert strip_times(records) == strip_times(ref / "records.jsonl")
 
 
+def test_a_resumed_run_reports_what_an_uninterrupted_one_does(tmp_path):
+    """The report is made from the records read back on resume and the records kept in
+    memory as they were written; both give what records.jsonl holds."""
+    kept = []
+    whole = run_suite(SuiteConfig(programs=6, seed=1, workers=1, mutants=True,
+                                  out=tmp_path / "whole"),
+                      on_program=lambda o, n: kept.extend(o.records))
+    assert [repr(r) for r in kept] == \
+        [repr(r) for r in read_records(tmp_path / "whole" / "records.jsonl")]
+
+    def stop_after_3(outcome, n):
+        if outcome is not None and outcome.pid.endswith("000002"):
+            raise KeyboardInterrupt
+
+    cfg = SuiteConfig(programs=6, seed=1, workers=1, mutants=True, out=tmp_path / "cut")
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(cfg, on_program=stop_after_3)
+    assert len({r.program for r in read_records(cfg.out / "records.jsonl")}) == 3
+    cfg.resume = True
+    resumed = run_suite(cfg)
+    assert {k: v for k, v in resumed.items() if k != "seconds"} == \
+        {k: v for k, v in whole.items() if k != "seconds"}
+    assert [line for line in (tmp_path / "cut" / "report.md").read_text().splitlines()
+            if "Verdict" not in line and "Command" not in line] == \
+        [line for line in (tmp_path / "whole" / "report.md").read_text().splitlines()
+         if "Verdict" not in line and "Command" not in line]
+
+
 def test_a_failing_engine_exits_1_and_shrinks_to_at_most_4_ops(tmp_path):
     out = tmp_path / "s"
     res = subprocess.run(

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -110,11 +110,11 @@ class Engine(Protocol):
 # ---------------------------------------------------------------- per-program plan
 
 
-@dataclass(frozen=True, slots=True)
-class OpPlan:
+class OpPlan(NamedTuple):
     """What the run loop and the strategies' hooks need of one op, looked up once per
     program (:func:`run_plan`) instead of on every call: an engine run otherwise spends
-    most of its time re-deriving these from the op, its spec and the layouts."""
+    most of its time re-deriving these from the op, its spec and the layouts. (A
+    ``NamedTuple``: one is made per op of every program checked.)"""
 
     op: Op
     dst: ViewLayout
@@ -151,12 +151,13 @@ def _make_plan(program: Program) -> RunPlan:
     sizes = {b.name: b.nbytes for b in program.buffers}
     ops = []
     for op in program.ops:
-        reads = tuple((f, lay[getattr(op, f)]) for f in op.spec.reads)
+        spec = op.spec
+        reads = tuple([(f, lay[getattr(op, f)]) for f in spec.reads])
         buffers = tuple(sorted({r.view.buffer for _, r in reads}))
         dst = lay[op.dst]
         ops.append(OpPlan(op, dst, reads, dict(reads), buffers,
-                          sum(sizes[b] for b in buffers), op.spec.partial,
-                          dst.view.is_float, bool(op.spec.draws)))
+                          sum([sizes[b] for b in buffers]), spec.partial,
+                          dst.view.is_float, bool(spec.draws)))
     weights = np.asarray(program.loss.weights, dtype=np.float64)
     weights.setflags(write=False)
     return RunPlan(program.segment_bounds(), program.nbytes, tuple(ops), weights)

@@ -25,7 +25,7 @@ from replayverify.engines.base import (
     load_buffers,
     run_strategies,
 )
-from replayverify.programs.arrays import array_namespace, unique_ints
+from replayverify.programs.arrays import unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
 from replayverify.programs.model import Op, Program
 from replayverify.programs.state import State, ViewLayout
@@ -250,16 +250,6 @@ class JournalEntry:
         return int(self.old.nbytes + self.new.nbytes) + INDEX_BYTES * self.regions
 
 
-def region_bytes(written: Any, granularity: int, nbytes: int) -> tuple[Any, int]:
-    """Byte indices of the aligned ``granularity``-byte regions holding ``written``
-    bytes (the buffer's last region may be a short tail), and the region count; arrays
-    of ``written``'s module."""
-    xp = array_namespace(written)
-    ids = unique_ints(written // granularity)
-    idx = (ids[:, None] * granularity + xp.arange(granularity, dtype=xp.int64)).reshape(-1)
-    return idx[idx < nbytes], int(ids.size)
-
-
 class Region(Strategy):
     """Retains R_s and a journal with old and new values of every overwritten region
     (``granularity`` bytes, default one element of the written view). Recovery undoes
@@ -303,10 +293,12 @@ class Region(Strategy):
         idx, old, regions = pending
         xp = tape.xp
         if ev.where is not None:  # a scatter: keep only the regions it actually wrote
-            written, _ = region_bytes(dst.bytes_of(ev.where, xp), g, buf.size)
-            keep = xp.isin(idx, written)
-            idx, old = idx[keep], old[keep]
-            regions = int(unique_ints(idx // g).size)
+            written = unique_ints(dst.bytes_of(ev.where, xp) // g)  # their ids, sorted
+            ids = idx // g
+            # a region is written iff its id is the first written id at or above it
+            # (past the last written id, the search wraps to the first, which is smaller)
+            keep = written[xp.searchsorted(written, ids) % written.size] == ids
+            idx, old, regions = idx[keep], old[keep], int(written.size)
         entry = JournalEntry(dst.view.buffer, idx, old, buf[idx], regions)
         tape.keep(s, ("journal", k), entry, entry.nbytes)
 

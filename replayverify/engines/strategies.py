@@ -7,9 +7,9 @@ one recovery method. Replay-based recoveries run inside ``Strategy.transaction``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -79,8 +79,7 @@ class Eager(Strategy):
 # ---------------------------------------------------------------- read-set
 
 
-@dataclass(frozen=True)
-class ReadSetPlan:
+class ReadSetPlan(NamedTuple):
     """How a read set keeps the retained operands of one op, derived once per program and
     set of retained fields (:func:`readset_plan`).
 
@@ -94,17 +93,16 @@ class ReadSetPlan:
     unions: tuple[tuple[str, Any], ...]  # (buffer, byte indices) kept as bytes (next parts)
     at: dict[str, tuple[int, Any]]  # retained field -> (part, byte positions in a union)
     nbytes: int  # bytes of the values kept (the indices are the program's: not charged)
-    # the arrays above on other array modules, copied once per module
-    _on: dict[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False)
+    on: dict[str, tuple[Any, Any]]  # the arrays above on other array modules, made once
 
     def arrays(self, xp: ModuleType) -> tuple[tuple[tuple[str, Any], ...],
                                               dict[str, tuple[int, Any]]]:
         """``unions`` and ``at`` with their arrays on ``xp``."""
         if xp is np:
             return self.unions, self.at
-        hit = self._on.get(xp.__name__)
+        hit = self.on.get(xp.__name__)
         if hit is None:
-            hit = self._on[xp.__name__] = (
+            hit = self.on[xp.__name__] = (
                 tuple((b, xp.asarray(idx)) for b, idx in self.unions),
                 {f: (part, None if pos is None else xp.asarray(pos))
                  for f, (part, pos) in self.at.items()})
@@ -147,7 +145,7 @@ def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
         p = part[lay.view.buffer]
         at[f] = (p, None if p < len(views) else
                  np.searchsorted(unions[p - len(views)][1], lay.byte_index))
-    return ReadSetPlan(tuple(views), tuple(unions), at, nbytes)
+    return ReadSetPlan(tuple(views), tuple(unions), at, nbytes, {})
 
 
 class ReadSet(Strategy):

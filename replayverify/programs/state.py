@@ -73,7 +73,10 @@ class ViewLayout:
         key = (xp.__name__, "regions", granularity, nbytes)
         hit = self._on.get(key)
         if hit is None:
-            ids = unique_ints(self.byte_index // granularity)
+            if granularity == self.dtype.itemsize:  # elements start at multiples of their
+                ids = np.sort(self.starts) // granularity  # size: one region each, distinct
+            else:
+                ids = unique_ints(self.byte_index // granularity)
             idx = (ids[:, None] * granularity + np.arange(granularity, dtype=np.int64))
             idx = idx.reshape(-1)
             idx = idx[idx < nbytes]

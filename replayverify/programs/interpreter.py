@@ -75,13 +75,16 @@ def scatter_winners(index, n: int, last_wins: bool = True):
     xp = array_namespace(index)
     if xp is not np:
         return _scatter_winners_sorted(xp, index, n, last_wins)
-    pos = np.mod(index.reshape(-1).astype(np.int64), n)
-    order = np.argsort(pos, kind="stable")  # positions ascending, j ascending within each
+    pos = np.mod(index.reshape(-1), n, dtype=np.int64)
+    order = pos.argsort(kind="stable")  # positions ascending, j ascending within each
     p = pos[order]
+    ends = np.empty(p.size, bool)
     if last_wins:  # the last j of each run of equal positions
-        ends = np.flatnonzero(np.append(p[1:] != p[:-1], True))
+        np.not_equal(p[1:], p[:-1], out=ends[:-1])
+        ends[-1] = True
     else:  # the first j of each run
-        ends = np.flatnonzero(np.insert(p[1:] != p[:-1], 0, True))
+        np.not_equal(p[1:], p[:-1], out=ends[1:])
+        ends[0] = True
     return p[ends], order[ends]
 
 
@@ -638,11 +641,14 @@ def execute(program: Program, *, record_boundaries: bool = True,
 
 
 def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
+    """adj[vids] += contrib, skipping CONST and BAD reads. The versions read through one
+    view are distinct (a version is one element's extent, and a view's elements never
+    share a byte), so an indexed ``+=`` adds each contribution once: no ``np.add.at``."""
     mask = vids >= 0
     if mask.all():  # no constants read: no masked copies
-        np.add.at(adj, vids, contrib)
+        adj[vids] += contrib
     else:
-        np.add.at(adj, vids[mask], contrib[mask])
+        adj[vids[mask]] += contrib[mask]
 
 
 @quiet

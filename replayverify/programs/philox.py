@@ -7,6 +7,7 @@ u32 words and a 128-bit counter of four u32 words (word 0 least significant).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib
 from collections.abc import Callable
@@ -145,7 +146,8 @@ class Blocks:
     def __init__(self, span: int = 0) -> None:
         self.span = min(span, BLOCKS_MAX_ELEMENTS)
         self._hits: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        self._runs: list[tuple[tuple[int, int], int, np.ndarray, np.ndarray]] = []
+        # per key: the first counters of the runs computed (ascending) and the runs
+        self._runs: dict[tuple[int, int], tuple[list[int], list[tuple]]] = {}
         self._draws: dict[tuple, np.ndarray] = {}
 
     def memo(self, key: tuple, n: int, compute: Callable[[], np.ndarray]) -> np.ndarray:
@@ -171,14 +173,18 @@ class Blocks:
 
     def _from_runs(self, state: RngState, n: int) -> tuple[np.ndarray, np.ndarray]:
         counter = state.counter_int
-        for run_key, first, u1, u2 in self._runs:
-            at = (counter - first) % MOD128
-            if run_key == state.key and at + n <= u1.size:
-                return u1[at: at + n], u2[at: at + n]
+        firsts, runs = self._runs.setdefault(state.key, ([], []))
+        j = bisect.bisect_right(firsts, counter) - 1  # the last run starting at or before
+        if j >= 0 and counter - firsts[j] + n <= runs[j][0].size:
+            u1, u2 = runs[j]
+            at = counter - firsts[j]
+            return u1[at: at + n], u2[at: at + n]
         u1, u2 = uniforms(words(state, max(n, self.span)))
         u1.setflags(write=False)
         u2.setflags(write=False)
-        self._runs.append((state.key, counter, u1, u2))
+        j = bisect.bisect_right(firsts, counter)
+        firsts.insert(j, counter)
+        runs.insert(j, (u1, u2))
         return u1[:n], u2[:n]
 
 

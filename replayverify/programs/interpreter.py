@@ -267,12 +267,14 @@ def execute_op(
 def _run_step(program: Program, step: _Step, state: State, draws: Any,
               forward: Mapping[OpKind, ForwardRule]) -> tuple[Operands, Any, Any, Any]:
     """``execute_op``'s work: (operands, draws, where, values) of the op run on ``state``."""
+    operands = {}
     if state.xp is np:  # strided views over the buffers, flattened: fresh copies
         typed = state.typed
-        operands = {f: typed(lay).flatten() for f, lay in step.reads}
+        for f, lay in step.reads:
+            operands[f] = typed(lay).flatten()
     else:
-        read = state.read_flat
-        operands = {f: read(lay) for f, lay in step.reads}
+        for f, lay in step.reads:
+            operands[f] = state.read_flat(lay)
     if step.draws:
         if draws is None:
             draws, state.rng = draw(step.op, state.rng, step.size, step.dtype, state.xp,

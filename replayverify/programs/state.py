@@ -9,6 +9,7 @@ its index arrays to ``xp`` once. Snapshots are always host bytes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from replayverify.programs.arrays import to_host, unique_ints
-from replayverify.programs.model import DTYPES, Program, View, view_bytes
+from replayverify.programs.model import DTYPES, Program, View
 from replayverify.programs.philox import RngState
 
 
@@ -27,23 +28,20 @@ class ViewLayout:
     view: View
     dtype: np.dtype
     starts: np.ndarray  # first byte of each element, row-major (int64)
-    # ``byte_index`` (made on first use) and copies of ``starts`` and ``byte_index`` in
-    # other array modules (one per module: with CuPy, on the device current then)
-    _on: dict[tuple[str, str], Any] = field(default_factory=dict, compare=False, repr=False)
+    size: int = field(init=False, repr=False)  # element count (the view's), a plain field
+    # copies of ``starts`` and ``byte_index`` in other array modules (one per module: with
+    # CuPy, on the device current then) and derived index arrays
+    _on: dict[tuple, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    @property
-    def size(self) -> int:
-        return self.view.size
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", self.view.size)
 
-    @property
+    @functools.cached_property
     def byte_index(self) -> np.ndarray:
         """Every byte of every element, element-major (int64): 8 bytes per view byte, so
         made only when a caller asks; reads and writes on NumPy use strided views."""
-        arr = self._on.get(("numpy", "byte_index"))
-        if arr is None:
-            arr = view_bytes(self.view)
-            arr.setflags(write=False)
-            self._on[("numpy", "byte_index")] = arr
+        arr = (self.starts[:, None] + np.arange(self.dtype.itemsize, dtype=np.int64)).reshape(-1)
+        arr.setflags(write=False)
         return arr
 
     def strided(self, buf: np.ndarray) -> np.ndarray:

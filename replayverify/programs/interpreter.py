@@ -163,9 +163,15 @@ def philox_blocks(program: Program) -> Blocks:
     computed a program's draws at a time."""
     blocks = program.derived.get("blocks")
     if blocks is None:
-        span = sum(step.size for step in op_steps(program) if step.draws)
-        blocks = program.derived["blocks"] = Blocks(span)
+        n = sum(step.size for step in op_steps(program) if step.draws)
+        # A check also draws just past the program's blocks (control:wrong-rng replays a
+        # segment from the final state R_T). One evaluation costs ~50 us plus ~0.2 us per
+        # block, so while the draws are few, twice as many blocks serve that replay too.
+        blocks = program.derived["blocks"] = Blocks(2 * n if n <= FEW_DRAWS else n)
     return blocks
+
+
+FEW_DRAWS = 256  # up to this many blocks, a Philox evaluation costs about its overhead
 
 
 class OpValues(NamedTuple):

@@ -223,7 +223,25 @@ def initial_state(program: Program, xp: ModuleType = np) -> State:
     """Zeroed buffers, then ``init`` applied in order, and the program's generator state.
 
     The buffers are ``xp`` arrays; init values are converted on the host, then moved.
+    B_0 depends on the program alone and a check starts from it about ten times, so for
+    a program of up to ``KEPT_INITIAL_BYTES`` its bytes are derived once, carried by the
+    program (``Program.derived``), and copied; larger ones are built each time (their
+    zeroed pages cost nothing until written).
     """
+    snap = program.derived.get("initial")
+    if snap is not None:
+        return snap.state(xp)
+    if program.nbytes > KEPT_INITIAL_BYTES:
+        return _build_initial(program, xp)
+    state = _build_initial(program, np)
+    snap = program.derived["initial"] = state.snapshot()
+    return state if xp is np else snap.state(xp)
+
+
+KEPT_INITIAL_BYTES = 1 << 20
+
+
+def _build_initial(program: Program, xp: ModuleType) -> State:
     bufs = {b.name: xp.zeros(b.nbytes, dtype=xp.uint8) for b in program.buffers}
     state = State(bufs, RngState(program.rng.key, program.rng.counter), xp)
     lay = layouts(program)

@@ -112,7 +112,19 @@ def unique_ints(a: Any) -> Any:
 def as_slice(ids: np.ndarray) -> slice | np.ndarray:
     """``ids`` as the slice it equals when they are consecutive ascending integers (then
     indexing reads a view and assigns without a scatter), else ``ids`` itself."""
-    n = ids.size
-    if n and int(ids[-1]) - int(ids[0]) == n - 1 and (n == 1 or (np.diff(ids) == 1).all()):
-        return slice(int(ids[0]), int(ids[0]) + n)
-    return ids
+    return as_slices(ids, ((0, ids.size),))[0]
+
+
+def as_slices(ids: np.ndarray, parts) -> list[slice | np.ndarray]:
+    """:func:`as_slice` of each part ``ids[start:end]`` for (start, end) in ``parts``,
+    with one array operation for all of them."""
+    unit = ids[1:] - ids[:-1] == 1  # id i + 1 follows id i
+    out: list[slice | np.ndarray] = []
+    for start, end in parts:
+        n = end - start
+        first = int(ids[start]) if n else 0
+        if n and int(ids[end - 1]) - first == n - 1 and unit[start:end - 1].all():
+            out.append(slice(first, first + n))
+        else:
+            out.append(ids[start:end])
+    return out

@@ -19,16 +19,18 @@ have no derivative, and admission guarantees no float op reads them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from replayverify.programs.arrays import as_slice
+from replayverify.programs.arrays import as_slices
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
 from replayverify.programs.model import Op, OpKind, Program
-from replayverify.programs.state import ViewLayout, initial_state, layouts
+from replayverify.programs.state import initial_state, layouts
 
 H = 1e-200
 WORD = 8  # bytes per float64 word
@@ -52,10 +54,10 @@ class ComplexStep:
         return self.gradient is not None
 
 
-@dataclass(frozen=True, slots=True)
-class _Words:
+class _Words(NamedTuple):
     """A view's elements as rows of the imaginary storage: one 8-byte word per float64
-    element; for an integer element, the word holding it."""
+    element; for an integer element, the word holding it. (A NamedTuple, as the other
+    per-program records here: one is built per view of every checked program.)"""
 
     buffer: str
     size: int
@@ -63,13 +65,7 @@ class _Words:
     rows: slice | np.ndarray  # ``words`` as a slice when consecutive: no gather/scatter
 
 
-def _words(layout: ViewLayout) -> _Words:
-    words = layout.starts // WORD
-    return _Words(layout.view.buffer, words.size, words, as_slice(words))
-
-
-@dataclass(frozen=True, slots=True)
-class _ComplexStep:
+class _ComplexStep(NamedTuple):
     """One op as the complex step runs it, derived once per program."""
 
     op: Op
@@ -103,7 +99,12 @@ def _plan(program: Program) -> _Plan:
 
 def _derive_plan(program: Program) -> _Plan:
     lay = layouts(program)
-    views = {name: _words(lo) for name, lo in lay.items()}
+    los = list(lay.values())
+    words = np.concatenate([lo.starts for lo in los]) // WORD  # every view's, at once
+    bounds = list(itertools.accumulate((lo.size for lo in los), initial=0))
+    views = {lo.view.name: _Words(lo.view.buffer, lo.size, words[a:b], rows)
+             for lo, (a, b), rows in zip(los, itertools.pairwise(bounds),
+                                         as_slices(words, itertools.pairwise(bounds)))}
     steps = tuple(
         _ComplexStep(op, views[op.dst], lay[op.dst].dtype, lay[op.dst].view.is_float,
                      tuple((f, views[getattr(op, f)]) for f in op.spec.sources))
@@ -157,13 +158,12 @@ def complex_step(
             continue
         parts = [(f, imag[v.buffer][v.rows]) for f, v in step.sources]  # (views if slices)
         ev = execute_op(program, k, state, forward=forward)
-        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are legal values
-            # (elements, coordinates): the forward rules batch over a trailing axis
-            operands = {f: ev.operands[f][:, None] + 1j * part for f, part in parts}
-            if step.op.spec.indexed:
-                operands["index"] = ev.operands["index"]
-            out, where = forward[step.op.kind](step.op, operands, ev.draws, step.dtype,
-                                               dst.size)
+        # (elements, coordinates): the forward rules batch over a trailing axis; inf and
+        # NaN are legal values (this function runs under ``quiet``)
+        operands = {f: ev.operands[f][:, None] + 1j * part for f, part in parts}
+        if step.op.spec.indexed:
+            operands["index"] = ev.operands["index"]
+        out, where = forward[step.op.kind](step.op, operands, ev.draws, step.dtype, dst.size)
         imag[dst.buffer][dst.rows if where is None else dst.words[where]] = np.imag(out)
         if watch and perturbed is None and not _real_parts_kept(out, ev.values):
             perturbed = k
@@ -171,9 +171,7 @@ def complex_step(
     if not plan.loss_float:
         return ComplexStep(np.zeros(n_coords))
     loss = imag[plan.loss.buffer][plan.loss.rows].T  # (coordinates, elements)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return ComplexStep(np.sum(plan.weights[None, :] * loss, axis=1) / h,
-                           perturbed=perturbed)
+    return ComplexStep(np.sum(plan.weights[None, :] * loss, axis=1) / h, perturbed=perturbed)
 
 
 def _real_parts_kept(out: np.ndarray, values: np.ndarray | None) -> bool:

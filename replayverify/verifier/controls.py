@@ -10,7 +10,7 @@ cannot apply reports ``unsupported`` with the reason, never ``missed``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -26,6 +26,8 @@ from replayverify.programs.state import layouts
 from replayverify.verifier.bytes_check import diff_states, replay
 from replayverify.verifier.compare import Verdict, compare_gradients
 from replayverify.verifier.records import Outcome
+
+Comparison = Callable[[np.ndarray, np.ndarray], Verdict]  # (g, g_ref) -> gradient verdict
 
 
 def stale_reads(ex: Execution) -> list[str]:
@@ -71,9 +73,13 @@ def _value_operand_kinds() -> str:
     return f"{kinds(False)} operand; {kinds(True)} index"
 
 
-def final_storage_control(ex: Execution, compare, *,
+def final_storage_control(ex: Execution, compare: Comparison | None = None, *,
                           reverse: Mapping[OpKind, ReverseRule | None] = REVERSE) -> Verdict:
-    """Sweep with final-storage operands; ``compare(g, g_ref)`` returns a gradient Verdict."""
+    """Sweep with final-storage operands; ``compare(g, g_ref)`` returns a gradient Verdict.
+
+    ``compare`` is the check under test; None: SPEC §5's gradient comparison itself (the
+    one ``check`` runs), whose verdict on the pair is the applicability test's below.
+    """
     if not ex.admission.supported:
         return Verdict(Outcome.UNSUPPORTED, None,
                        f"the derivative is not admitted: {ex.admission.reason}")
@@ -101,7 +107,8 @@ def final_storage_control(ex: Execution, compare, *,
                        "any check can detect")
     if effect.outcome is Outcome.UNSUPPORTED:
         return Verdict(Outcome.UNSUPPORTED, None, f"{effect.detail}; stale: {where}")
-    v = compare(g_bad, g_ref)  # the check under test must now see the difference
+    # the check under test must now see the difference
+    v = effect if compare is None else compare(g_bad, g_ref)
     if v.outcome is Outcome.MATCH:
         return Verdict(Outcome.MISSED, v.max_abs_err,
                        f"final-storage gradient within tolerance ({v.detail}); stale: {where}")

@@ -18,12 +18,14 @@ comes from the interpreter.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from replayverify.programs.arrays import as_slice, unique_ints
+from replayverify.programs.arrays import as_slices, unique_ints
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
@@ -129,14 +131,14 @@ WORD = 4  # tags are kept per aligned 4-byte word (see _ViewTags)
 CONST_TAGS = np.int64(CONST).tobytes()  # the bytes of one CONST tag
 
 
-@dataclass(frozen=True, slots=True)
-class _ViewTags:
+class _ViewTags(NamedTuple):
     """What the shadow needs of one view, derived once per program (no value enters it).
 
     Offsets and strides are multiples of the itemsize (4 or 8), so every element covers
     whole aligned 4-byte words and every write tags whole words: one tag per word says
     exactly what one tag per byte would (the interpreter's ``_Writers`` argues the same).
-    Arrays are element-major: an element's words are consecutive.
+    Arrays are element-major: an element's words are consecutive. (A NamedTuple, as the
+    other per-program records here: one is built per view of every checked program.)
     """
 
     name: str
@@ -150,8 +152,7 @@ class _ViewTags:
     all_const: bytes  # ... and when no element was ever written
 
 
-@dataclass(frozen=True, slots=True)
-class _TangentStep:
+class _TangentStep(NamedTuple):
     """One op as the forward Jacobian runs it, derived once per program."""
 
     op: Op
@@ -206,19 +207,21 @@ def _derive_plan(program: Program) -> _Plan:
     words[np.cumsum(per)[wide == 1] - 1] += 1  # an 8-byte element's second word
     own_tags = np.repeat(ids, per)
 
+    bounds = list(itertools.accumulate(sizes, initial=0))  # each view's first element
+    rows = as_slices(ids, itertools.pairwise(bounds))  # (meaningful for float views)
     views: dict[str, _ViewTags] = {}
     of_view: dict[str, np.ndarray] = {}
-    at = wat = 0
-    for lo, n in zip(los, sizes):
+    wat = 0
+    for lo, n, at, r in zip(los, sizes, bounds, rows):
         name, nw = lo.view.name, n * (lo.dtype.itemsize // WORD)
-        own = rows = tags = None
+        own = tags = None
         if lo.view.is_float:
             own = of_view[name] = ids[at:at + n]
-            rows = as_slice(own)
             tags = own_tags[wat:wat + nw]
-        views[name] = _ViewTags(name, lo.view.buffer, n, words[wat:wat + nw], own, rows, tags,
+        views[name] = _ViewTags(name, lo.view.buffer, n, words[wat:wat + nw], own,
+                                r if lo.view.is_float else None, tags,
                                 b"" if tags is None else tags.tobytes(), CONST_TAGS * nw)
-        at, wat = at + n, wat + nw
+        wat += nw
 
     steps = []
     for op in program.ops:
@@ -353,6 +356,5 @@ def forward_jacobian(
     if refused is not None:
         return ForwardJacobian(None, refused[0], refused[1])
     w = np.asarray(program.loss.weights, dtype=np.float64).astype(precision)
-    with np.errstate(over="ignore", invalid="ignore"):
-        grad = np.sum(w[:, None] * t_loss, axis=0)
+    grad = np.sum(w[:, None] * t_loss, axis=0)  # (overflow is a legal value: quiet)
     return ForwardJacobian(grad.astype(np.float64), loss_tangent=t_loss)

@@ -165,12 +165,13 @@ class ReadSet(Strategy):
 
     def capture(self, tape: Tape, s: int, k: int, state: State) -> None:
         plan = self.plan(tape, k)
-        unions, _ = plan.arrays(tape.xp)
+        unions, at = plan.arrays(tape.xp)
         kept = [state.read_flat(lay) for lay in plan.views]  # fresh copies
         kept += [state.buffers[name][idx] for name, idx in unions]
         rng = state.rng if tape.plans[k].draws else None
         nbytes = plan.nbytes + (RNG_BYTES if rng else 0)
-        tape.keep(s, ("readset", k), (kept, rng), nbytes)
+        # ``at`` (where each retained operand sits in ``kept``) is the program's: not charged
+        tape.keep(s, ("readset", k), (kept, rng, at), nbytes)
 
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
         self.capture(tape, s, k, state)
@@ -179,8 +180,7 @@ class ReadSet(Strategy):
         a, b = tape.bounds[s]
         ops = []
         for k in range(a, b):
-            kept, rng = tape.data[("readset", k)]
-            _, at = self.plan(tape, k).arrays(tape.xp)
+            kept, rng, at = tape.data[("readset", k)]
             operands = {}
             for f, lay in tape.plans[k].reads:
                 if f in at:  # the retained values

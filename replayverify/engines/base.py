@@ -202,6 +202,7 @@ class Tape:
         self.lay = layouts(self.program)
         plan = run_plan(self.program)
         self.bounds = plan.bounds
+        self.nbytes = plan.nbytes  # of all buffers together
         self.plans = plan.ops  # per op, its OpPlan
         self.retained = [0] * n
         self.anchored = [st.anchors for st in self.strategies]
@@ -255,8 +256,10 @@ def gather_view(buffers: Mapping[str, Any], layout: ViewLayout, xp: ModuleType) 
 
 
 def operand_bytes(rec: OpValues) -> int:
-    n = sum(int(v.nbytes) for v in rec.operands.values())
-    return n + (0 if rec.draws is None else int(rec.draws.nbytes))
+    n = 0 if rec.draws is None else rec.draws.nbytes
+    for v in rec.operands.values():
+        n += v.nbytes
+    return int(n)
 
 
 def copy_buffers(state: State) -> dict[str, np.ndarray]:
@@ -342,7 +345,7 @@ class Strategy:
         (R always; all bytes when ``copy_visible``), run the body, reinstate."""
         rng = state.rng
         saved = copy_buffers(state) if copy_visible else None
-        held = RNG_BYTES + (tape.program.nbytes if copy_visible else 0)
+        held = RNG_BYTES + (tape.nbytes if copy_visible else 0)
         tape.borrow(held)
         try:
             yield

@@ -204,7 +204,7 @@ class Whole(Strategy):
 
     def take_anchor(self, tape: Tape, s: int, state: State) -> None:
         tape.keep(s, ("anchor", s), (copy_buffers(state), state.rng),
-                  tape.program.nbytes + RNG_BYTES)
+                  tape.nbytes + RNG_BYTES)
 
     def begin(self, tape: Tape, s: int, state: State) -> None:
         self.take_anchor(tape, s, state)

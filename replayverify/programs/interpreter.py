@@ -570,6 +570,22 @@ class Execution:
             self._gradient = reverse_sweep(self)
         return self._gradient
 
+    @property
+    def stale(self) -> list[tuple[int, str]]:
+        """:func:`stale_reads`, found once: the generator's acceptance, the suite's
+        statistics and the final-storage control each ask."""
+        if not hasattr(self, "_stale"):
+            self._stale = stale_reads(self)
+        return self._stale
+
+    @property
+    def hazard_gradient(self) -> np.ndarray:
+        """:func:`hazard_gradient`, swept once: the generator's acceptance and the
+        final-storage control both judge it."""
+        if not hasattr(self, "_hazard_gradient"):
+            self._hazard_gradient = reverse_sweep(self, operands=final_storage_operands(self))
+        return self._hazard_gradient
+
 
 def given_draws(program: Program, draws: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
     """Check recorded draw values for :func:`execute`: one flat array per draw op index,
@@ -716,9 +732,9 @@ def stale_reads(ex: Execution) -> list[tuple[int, str]]:
 
 def stale_operands(ex: Execution) -> list[int]:
     """Ops whose value operands were read from bytes that differ in the final storage."""
-    return sorted({k for k, _ in stale_reads(ex)})
+    return sorted({k for k, _ in ex.stale})
 
 
 def hazard_gradient(ex: Execution) -> np.ndarray:
     """The gradient a reverse sweep reading final storage would give (control input)."""
-    return reverse_sweep(ex, operands=final_storage_operands(ex))
+    return ex.hazard_gradient

@@ -33,7 +33,7 @@ from replayverify.verifier.records import Outcome as Verdicts
 
 SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex", "mixed")  # the default mix
 DEFAULT_TIMEOUT = 60.0
-BATCH = 8  # programs per message to and from a local worker (see ProcessPool)
+BATCH = 16  # programs per message to and from a local worker (see ProcessPool)
 
 
 class SuiteError(ValueError):

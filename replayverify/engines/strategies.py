@@ -161,7 +161,7 @@ class ReadSet(Strategy):
         return read_fields(op)
 
     def plan(self, tape: Tape, k: int) -> ReadSetPlan:
-        return readset_plan(tape, k, self.retained_fields(tape.program.ops[k]))
+        return readset_plan(tape, k, tuple(self.retained_fields(tape.program.ops[k])))
 
     def capture(self, tape: Tape, s: int, k: int, state: State) -> None:
         plan = self.plan(tape, k)

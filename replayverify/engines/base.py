@@ -118,7 +118,6 @@ class OpPlan(NamedTuple):
 
     op: Op
     dst: ViewLayout
-    dst_bytes: np.ndarray  # dst.byte_index: the adjoint slots backward clears
     reads: tuple[tuple[str, ViewLayout], ...]  # (field, layout) of every view it reads
     sources: dict[str, ViewLayout]  # the same, by field (where adjoints flow back to)
     read_buffers: tuple[str, ...]  # the buffers those views lie in, sorted
@@ -156,7 +155,7 @@ def _make_plan(program: Program) -> RunPlan:
         reads = tuple([(f, lay[getattr(op, f)]) for f in spec.reads])
         buffers = tuple(sorted({r.view.buffer for _, r in reads}))
         dst = lay[op.dst]
-        ops.append(OpPlan(op, dst, dst.byte_index, reads, dict(reads), buffers,
+        ops.append(OpPlan(op, dst, reads, dict(reads), buffers,
                           sum([sizes[b] for b in buffers]), spec.partial,
                           dst.view.is_float, bool(spec.draws)))
     weights = np.asarray(program.loss.weights, dtype=np.float64)
@@ -391,7 +390,7 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
         if where is not None:
             a[dst.bytes_of(where, xp)] = 0.0
         else:
-            a[plan.dst_bytes if xp is np else dst.index(xp)] = 0.0
+            a[dst.byte_index if xp is np else dst.index(xp)] = 0.0
         rule = REVERSE[plan.op.kind]
         if rule is None or not plan.float_write or g.size == 0:
             continue

@@ -346,7 +346,7 @@ def _rev_scatter(rec, g):
 
 
 def _x(rec: OpValues, f: str = "x") -> np.ndarray:
-    return rec.operands[f].reshape(-1).astype(np.float64)
+    return rec.operands[f].reshape(-1).astype(np.float64, copy=False)
 
 
 REVERSE: dict[OpKind, ReverseRule | None] = {
@@ -393,6 +393,8 @@ class OpVersions:
 
     reads: dict[str, np.ndarray]  # per float source field, the id each element read
     writes: np.ndarray  # ids of the written elements (at the op's ``where``)
+    # the fields of ``reads`` in which every element read a version (no CONST or BAD)
+    complete: frozenset[str] = frozenset()
 
 
 DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
@@ -487,9 +489,10 @@ class _Versions:
         return stored - 1
 
     def resolve(self, layout: ViewLayout, tags: np.ndarray, what: str,
-                explain: bool) -> tuple[np.ndarray, str]:
-        """Version id read by each element of a float view, or BAD; and, when ``explain``,
-        the reason for the first BAD element ("" when there is none).
+                explain: bool) -> tuple[np.ndarray, str, bool]:
+        """Version id read by each element of a float view, or BAD; when ``explain``, the
+        reason for the first BAD element ("" when there is none); and whether every
+        element read a version (no CONST or BAD).
 
         An element reads one version exactly when each of its words was last written by
         a node of its own extent, or none of them was ever written (CONST). Equal tags
@@ -499,16 +502,16 @@ class _Versions:
         written = self.tag[stored]
         same = written == tags
         if same.all():  # the common case: every element read whole, as it was written
-            return stored[:, 0] - 1, ""
+            return stored[:, 0] - 1, "", True
         fine = same | (written == 0)
         if fine.all():  # ... or never written at all
-            return stored[:, 0] - 1, ""
+            return stored[:, 0] - 1, "", False
         ok = fine.all(axis=1)
         vids = np.where(ok, stored[:, 0] - 1, BAD).astype(self.id_dtype)
         if not explain:
-            return vids, ""
+            return vids, "", False
         j = int(np.flatnonzero(~ok)[0])
-        return vids, self._refusal(stored[j].astype(np.int64) - 1, layout, j, what)
+        return vids, self._refusal(stored[j].astype(np.int64) - 1, layout, j, what), False
 
     def _op_of(self, v: int) -> int:
         return self._ops[bisect.bisect_right(self._firsts, v) - 1]
@@ -637,11 +640,13 @@ def execute(program: Program, *, record_boundaries: bool = True,
         boundaries += [state.snapshot()] * cuts.count(0)
 
     for k, step in enumerate(steps):
-        read_vids = {}
+        read_vids, complete = {}, []
         for f, src in step.sources:  # a float op's sources
-            vids, reason = store.resolve(src, tags[src.view.name], f"op {k}",
-                                         admission.supported)
+            vids, reason, whole = store.resolve(src, tags[src.view.name], f"op {k}",
+                                                admission.supported)
             read_vids[f] = vids
+            if whole:
+                complete.append(f)
             if reason:
                 admission = Admission(False, reason, k)
         operands, drawn, where, _ = _run_step(program, step, state, given.get(k), forward)
@@ -649,15 +654,15 @@ def execute(program: Program, *, record_boundaries: bool = True,
         # the written values stay in the state; no reverse rule or check reads them from
         # the record, which would hold a second copy of everything written
         records.append(OpValues(k, step.op, step.dtype, step.size, operands, drawn, where))
-        versions.append(OpVersions(read_vids, out))
+        versions.append(OpVersions(read_vids, out, frozenset(complete)))
         if record_boundaries and (k + 1) in cuts:
             boundaries += [state.snapshot()] * cuts.count(k + 1)
 
     loss_layout = lay[program.loss.view]
     loss_vids = np.full(loss_layout.size, CONST, dtype=np.int64)
     if loss_layout.view.is_float:
-        loss_vids, reason = store.resolve(loss_layout, tags[program.loss.view], "the loss",
-                                          admission.supported)
+        loss_vids, reason, _ = store.resolve(loss_layout, tags[program.loss.view],
+                                             "the loss", admission.supported)
         if reason:
             admission = Admission(False, reason, None)
     return Execution(program, state, records, versions, input_vids, loss_vids,
@@ -699,7 +704,10 @@ def reverse_sweep(ex: Execution, reverse: Mapping[OpKind, ReverseRule | None] = 
         if operands is not None:
             rec = rec._replace(operands=operands(rec))
         for f, contrib in rule(rec, g).items():
-            _accumulate(adj, ver.reads[f], contrib)
+            if f in ver.complete:  # no CONST or BAD to skip
+                adj[ver.reads[f]] += contrib
+            else:
+                _accumulate(adj, ver.reads[f], contrib)
     return adj[ex.input_vids].astype(np.float64)
 
 

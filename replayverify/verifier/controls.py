@@ -31,8 +31,9 @@ Comparison = Callable[[np.ndarray, np.ndarray], Verdict]  # (g, g_ref) -> gradie
 
 
 def stale_reads(ex: Execution) -> list[str]:
-    """'op k field' for every value a reverse rule depends on whose bytes differ at the end."""
-    return _final_storage(ex)[0]
+    """'op k field' for every value a reverse rule depends on whose bytes differ at the end
+    (``Execution.stale``, found once per execution)."""
+    return [f"op {k} {ex.program.ops[k].kind.value} {f}" for k, f in ex.stale]
 
 
 def _final_storage(ex: Execution) -> tuple[list[str], dict[int, Operands]]:
@@ -83,7 +84,7 @@ def final_storage_control(ex: Execution, compare: Comparison | None = None, *,
     if not ex.admission.supported:
         return Verdict(Outcome.UNSUPPORTED, None,
                        f"the derivative is not admitted: {ex.admission.reason}")
-    stale, substituted = _final_storage(ex)
+    stale = stale_reads(ex)
     if not stale:
         return Verdict(Outcome.UNSUPPORTED, None, "no value a reverse rule depends on "
                        f"({_value_operand_kinds()}) differs in the final storage")
@@ -91,6 +92,7 @@ def final_storage_control(ex: Execution, compare: Comparison | None = None, *,
     if reverse is REVERSE:  # the same sweep, made once per execution (acceptance asks too)
         g_bad = ex.hazard_gradient
     else:
+        substituted = _final_storage(ex)[1]
         g_bad = reverse_sweep(ex, reverse,
                               operands=lambda rec: substituted.get(rec.index, rec.operands))
     where = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")

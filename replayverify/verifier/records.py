@@ -78,11 +78,12 @@ class Record:
     metrics: dict = field(default_factory=dict)  # retained_bytes, temporary_bytes, replayed_ops
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "outcome", Outcome(self.outcome))
-        except ValueError:
-            raise ValueError(f"unknown outcome {self.outcome!r}") from None
-        if self.check in Check._value2member_map_:
+        if type(self.outcome) is not Outcome:  # a loaded string (the checkers pass members)
+            try:
+                object.__setattr__(self, "outcome", Outcome(self.outcome))
+            except ValueError:
+                raise ValueError(f"unknown outcome {self.outcome!r}") from None
+        if type(self.check) is not Check and self.check in Check._value2member_map_:
             object.__setattr__(self, "check", Check(self.check))
 
     @property

@@ -41,54 +41,57 @@ INT_WRITTEN = -2  # tag of bytes last written by an integer op: tangent undefine
 
 Values = dict[str, np.ndarray]  # operand values, flat (float64 for float operands)
 Tangents = dict[str, np.ndarray]  # operand tangents, (elements, coordinates)
-TangentRule = Callable[[Op, Values, Tangents, "np.ndarray | None", np.dtype, int],
+Coefs = Mapping[str, float]  # an op's coefficients, in its view's dtype first, then float64
+TangentRule = Callable[[Coefs, Values, Tangents, "np.ndarray | None", int],
                        "tuple[np.ndarray, np.ndarray | None]"]
 
 
-def _coef(op: Op, name: str, dtype: np.dtype) -> float:
-    """A coefficient converted to the view's dtype first (SPEC §2), then to float64."""
-    return float(op.coef_as(name, dtype))
+def coefs_of(op: Op, dtype: np.dtype) -> dict[str, float]:
+    """Every coefficient of ``op`` converted to the view's dtype first (SPEC §2), then to
+    float64: what the tangent rules multiply by (derived once per program)."""
+    with np.errstate(all="ignore"):  # a float64 coefficient beyond float32 becomes inf
+        return {c.name: float(op.coef_as(c.name, dtype)) for c in op.spec.coefs}
 
 
 # ---------------------------------------------------------------- tangent rules
 #
-# A tangent rule maps (op, values, tangents, draws, dtype, dst size) to (tangent of the
+# A tangent rule maps (coefficients, values, tangents, draws, dst size) to (tangent of the
 # written elements, where): d(dst) = J d(sources). Values are float64; tangents carry
 # their own precision, and products are formed tangent first.
 
 
-def _t_axpby(op, v, t, d, dt, n):
-    return t["x"] * _coef(op, "a", dt) + t["y"] * _coef(op, "b", dt), None
+def _t_axpby(c, v, t, d, n):
+    return t["x"] * c["a"] + t["y"] * c["b"], None
 
 
-def _t_mul(op, v, t, d, dt, n):
+def _t_mul(c, v, t, d, n):
     return t["x"] * v["y"][:, None] + t["y"] * v["x"][:, None], None
 
 
-def _arg(op, v, t, dt):
+def _arg(c, v, t):
     """a*x rounded in float64 as the program rounds it, then widened to the tangents'
     precision: the derivative of tanh(fl(a*x)) is taken at fl(a*x)."""
-    return (_coef(op, "a", dt) * v["x"]).astype(t["x"].dtype)
+    return (c["a"] * v["x"]).astype(t["x"].dtype)
 
 
-def _t_tanh(op, v, t, d, dt, n):
-    return (t["x"] * _coef(op, "a", dt)) * (1.0 - np.tanh(_arg(op, v, t, dt)) ** 2)[:, None], None
+def _t_tanh(c, v, t, d, n):
+    return (t["x"] * c["a"]) * (1.0 - np.tanh(_arg(c, v, t)) ** 2)[:, None], None
 
 
-def _t_sin(op, v, t, d, dt, n):
-    return (t["x"] * _coef(op, "a", dt)) * np.cos(_arg(op, v, t, dt))[:, None], None
+def _t_sin(c, v, t, d, n):
+    return (t["x"] * c["a"]) * np.cos(_arg(c, v, t))[:, None], None
 
 
-def _t_dropout(op, v, t, d, dt, n):
+def _t_dropout(c, v, t, d, n):
     mask = d.reshape(-1).astype(t["x"].dtype)[:, None]
-    return (t["x"] * mask) / _coef(op, "keep", dt), None
+    return (t["x"] * mask) / c["keep"], None
 
 
-def _t_gather(op, v, t, d, dt, n):
+def _t_gather(c, v, t, d, n):
     return t["x"][np.mod(v["index"].astype(np.int64), t["x"].shape[0])], None
 
 
-def _t_scatter(op, v, t, d, dt, n):
+def _t_scatter(c, v, t, d, n):
     where, src = scatter_winners(v["index"], n)
     return t["x"][src], where
 
@@ -98,8 +101,8 @@ TANGENT: dict[OpKind, TangentRule | None] = {
     OpKind.MUL: _t_mul,
     OpKind.TANH: _t_tanh,
     OpKind.SIN: _t_sin,
-    OpKind.COPY: lambda op, v, t, d, dt, n: (t["x"], None),
-    OpKind.NOISE: lambda op, v, t, d, dt, n: (t["x"], None),  # x + sigma*z: z is a constant
+    OpKind.COPY: lambda c, v, t, d, n: (t["x"], None),
+    OpKind.NOISE: lambda c, v, t, d, n: (t["x"], None),  # x + sigma*z: z is a constant
     OpKind.DROPOUT: _t_dropout,
     OpKind.GATHER: _t_gather,
     OpKind.SCATTER: _t_scatter,
@@ -157,10 +160,10 @@ class _TangentStep(NamedTuple):
 
     op: Op
     dst: _ViewTags
-    dtype: np.dtype  # the destination's
     is_float: bool
     sources: tuple[tuple[str, _ViewTags], ...]  # (field, view) of each value source
     cast: bool  # some source is not float64: its values are cast for the tangent rule
+    coefs: dict[str, float]  # float ops: ``coefs_of(op, dtype)``
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,7 @@ class _Plan:
     steps: tuple[_TangentStep, ...]
     loss: _ViewTags
     loss_float: bool
+    weights: np.ndarray  # the loss weights, float64
 
 
 def _plan(program: Program) -> _Plan:
@@ -185,55 +189,56 @@ def _plan(program: Program) -> _Plan:
 
 
 def _derive_plan(program: Program) -> _Plan:
-    # Every view's elements at once, then one slice per view: a handful of array
-    # operations per program rather than several per view.
+    # Every view's elements at once, then slices per view: a handful of array operations
+    # per program rather than several per view.
     lay = layouts(program)
     los = [lay[v.name] for v in program.views]
-    sizes = [lo.size for lo in los]
-    starts = np.concatenate([lo.starts for lo in los])
-    buf_id = {b.name: i for i, b in enumerate(program.buffers)}
-    # per element: its buffer, 1 if 8 bytes wide (2 words, else 1), 1 if float
-    buf, wide, is_float = np.repeat(
-        [(buf_id[lo.view.buffer], lo.dtype.itemsize == 8, lo.view.is_float) for lo in los],
-        sizes, axis=0).T
+    floats = [lo for lo in los if lo.view.is_float]
     # address key = (buffer, first byte, itemsize) as one integer in the same lexicographic
     # order (the itemsize distinguishes float32 from float64); ids are the keys' ranks
+    buf_id = {b.name: i for i, b in enumerate(program.buffers)}
     span = max(b.nbytes for b in program.buffers) + 1
-    keys = (buf * span + starts) * 2 + wide
-    uniq = unique_ints(keys[is_float == 1])
-    ids = np.searchsorted(uniq, keys)  # meaningful at float elements only
-    per = wide + 1
-    words = np.repeat(starts // WORD, per)
-    words[np.cumsum(per)[wide == 1] - 1] += 1  # an 8-byte element's second word
-    own_tags = np.repeat(ids, per)
+    sizes = [lo.size for lo in floats]
+    keys = (np.concatenate([lo.starts for lo in floats] or [np.empty(0, np.int64)]) * 2
+            + np.repeat([buf_id[lo.view.buffer] * span * 2 + (lo.dtype.itemsize == 8)
+                         for lo in floats], sizes))
+    uniq = unique_ints(keys)
+    ids = np.searchsorted(uniq, keys)
+    bounds = list(itertools.accumulate(sizes, initial=0))  # each float view's first element
+    rows = as_slices(ids, itertools.pairwise(bounds))
+    own2 = np.repeat(ids, 2).reshape(-1, 2)  # the tags of an element's two words if wide
+    # every view's elements' first two words (the second is used by 8-byte elements)
+    words2 = (np.concatenate([lo.starts for lo in los]) // WORD)[:, None] + np.arange(2)
 
-    bounds = list(itertools.accumulate(sizes, initial=0))  # each view's first element
-    rows = as_slices(ids, itertools.pairwise(bounds))  # (meaningful for float views)
     views: dict[str, _ViewTags] = {}
     of_view: dict[str, np.ndarray] = {}
-    wat = 0
-    for lo, n, at, r in zip(los, sizes, bounds, rows):
-        name, nw = lo.view.name, n * (lo.dtype.itemsize // WORD)
-        own = tags = None
+    at = fat = 0
+    floats_at = iter(zip(bounds, rows))
+    for lo in los:
+        n, name, wide = lo.size, lo.view.name, lo.dtype.itemsize == 8
+        words = words2[at:at + n].reshape(-1) if wide else words2[at:at + n, 0]
+        own = r = tags = None
         if lo.view.is_float:
-            own = of_view[name] = ids[at:at + n]
-            tags = own_tags[wat:wat + nw]
-        views[name] = _ViewTags(name, lo.view.buffer, n, words[wat:wat + nw], own,
-                                r if lo.view.is_float else None, tags,
-                                b"" if tags is None else tags.tobytes(), CONST_TAGS * nw)
-        wat += nw
+            fat, r = next(floats_at)
+            own = of_view[name] = ids[fat:fat + n]
+            tags = own2[fat:fat + n].reshape(-1) if wide else own
+        views[name] = _ViewTags(name, lo.view.buffer, n, words, own, r, tags,
+                                b"" if tags is None else tags.tobytes(),
+                                CONST_TAGS * (2 * n if wide else n))
+        at += n
 
     steps = []
     for op in program.ops:
         dst = lay[op.dst]
         sources = tuple((f, views[getattr(op, f)]) for f in op.spec.sources)
         cast = any(lay[getattr(op, f)].dtype.char != "d" for f in op.spec.sources)
-        steps.append(_TangentStep(op, views[op.dst], dst.dtype, dst.view.is_float, sources,
-                                  cast))
+        coefs = coefs_of(op, dst.dtype) if dst.view.is_float else {}
+        steps.append(_TangentStep(op, views[op.dst], dst.view.is_float, sources, cast, coefs))
     inputs = tuple(views[name] for name in program.inputs)
     loss = program.loss.view
     return _Plan(Addresses(int(uniq.size), of_view), sum(t.size for t in inputs), inputs,
-                 tuple(steps), views[loss], lay[loss].view.is_float)
+                 tuple(steps), views[loss], lay[loss].view.is_float,
+                 np.asarray(program.loss.weights, dtype=np.float64))
 
 
 @dataclass(frozen=True)
@@ -344,7 +349,7 @@ def forward_jacobian(
         if step.cast:  # (quiet: float32 sNaN bits from integer writes warn in the cast)
             values = {f: (a.astype(np.float64) if f != "index" else a)
                       for f, a in values.items()}
-        t_out, where = rule(step.op, values, tans, ev.draws, step.dtype, step.dst.size)
+        t_out, where = rule(step.coefs, values, tans, ev.draws, step.dst.size)
         shadow.write(step.dst, t_out, where)
 
     if not plan.loss_float:
@@ -355,6 +360,6 @@ def forward_jacobian(
         refused = (None, shadow.why(plan.loss, bad, "the loss"))
     if refused is not None:
         return ForwardJacobian(None, refused[0], refused[1])
-    w = np.asarray(program.loss.weights, dtype=np.float64).astype(precision)
+    w = plan.weights.astype(precision)
     grad = np.sum(w[:, None] * t_loss, axis=0)  # (overflow is a legal value: quiet)
     return ForwardJacobian(grad.astype(np.float64), loss_tangent=t_loss)

@@ -142,10 +142,10 @@ def complex_step(
     n_coords = plan.n_coords
     # imaginary parts of every float64 word, (words, coordinates) per buffer
     imag = {name: np.zeros((n, n_coords)) for name, n in plan.words.items()}
-    seeds = np.eye(n_coords) * h  # input coordinate c: i*h
     at = 0
-    for v in plan.inputs:
-        imag[v.buffer][v.rows] = seeds[at:at + v.size]
+    for v in plan.inputs:  # input element j: coordinate at + j perturbed by i*h
+        imag[v.buffer][v.rows] = 0.0
+        imag[v.buffer][v.words, at + np.arange(v.size)] = h
         at += v.size
 
     state = initial_state(program)

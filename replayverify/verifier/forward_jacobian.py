@@ -282,6 +282,12 @@ class _Shadow:
                 return np.where(mine[:, None], self.tangent[vt.own], 0.0), first
         return self.tangent[vt.rows], None  # (a view of the rows when they are a slice)
 
+    def seed(self, vt: _ViewTags, first: int) -> None:
+        """Write an input: its element j gets the tangent e_(first + j)."""
+        self.tangent[vt.rows] = 0.0
+        self.tangent[vt.own, first + np.arange(vt.size)] = 1.0
+        self.tags[vt.buffer][vt.words] = vt.own_tags
+
     def write(self, vt: _ViewTags, tangent: np.ndarray | None, where) -> None:
         """Tangents of the written elements (None: an integer write, tangent undefined)."""
         tags = self.tags[vt.buffer]
@@ -324,10 +330,9 @@ def forward_jacobian(
     n_coords = plan.n_coords
     shadow = _Shadow(program, plan, precision)
     state = initial_state(program)
-    seeds = np.eye(n_coords, dtype=precision)  # input coordinate c: tangent e_c
     at = 0
     for vt in plan.inputs:
-        shadow.write(vt, seeds[at:at + vt.size], None)
+        shadow.seed(vt, at)
         at += vt.size
 
     refused: tuple[int | None, str] | None = None

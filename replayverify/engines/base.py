@@ -394,7 +394,8 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
         rule = REVERSE[plan.op.kind]
         if rule is None or not plan.float_write or g.size == 0:
             continue
-        if rec.where is not where:  # the rule sees what op k wrote as derived here
+        if rec.where is not where or rec.op is not plan.op:  # the rule sees op k of this
+            # program and what it wrote as derived here
             rec = OpValues(k, plan.op, dst.dtype, dst.size, rec.operands, rec.draws, where)
         for f, c in rule(rec, g).items():
             src = plan.sources[f]

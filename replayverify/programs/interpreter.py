@@ -402,20 +402,26 @@ DTYPE_NAME = {i: name for name, i in DTYPE_CODE.items()}
 INPUT_OP = -1
 
 
-def extent_tags(program: Program) -> dict[str, np.ndarray]:
+class ExtentTags(NamedTuple):
+    """A view's extent tags (``extent_tags``): an (elements, 1) column and its bytes."""
+
+    col: np.ndarray
+    raw: bytes
+
+
+def extent_tags(program: Program) -> dict[str, ExtentTags]:
     """Per view, the *extent tag* of each element: ``4 * first byte + dtype code + 1``.
 
     Two writes of a buffer's bytes have equal tags exactly when they wrote the same
     element extent (same first byte, same dtype, hence the same bytes); 0 is kept for
-    "never written". Derived once per program, as (elements, 1) columns.
+    "never written". Derived once per program.
     """
     tags = program.derived.get("extent_tags")
     if tags is None:
         tags = program.derived["extent_tags"] = {}
         for name, lay in layouts(program).items():
-            col = (lay.starts * 4 + (DTYPE_CODE[lay.view.dtype] + 1)).reshape(-1, 1)
-            col.setflags(write=False)
-            tags[name] = col
+            raw = (lay.starts * 4 + (DTYPE_CODE[lay.view.dtype] + 1)).tobytes()
+            tags[name] = ExtentTags(np.frombuffer(raw, np.int64).reshape(-1, 1), raw)
     return tags
 
 
@@ -464,11 +470,11 @@ class _Versions:
                                                   words.itemsize))
         return arr
 
-    def write(self, op: int, layout: ViewLayout, tags: np.ndarray,
+    def write(self, op: int, layout: ViewLayout, tags: ExtentTags,
               where: np.ndarray | None) -> np.ndarray:
         """New nodes for the elements ``op`` writes at ``where`` (all if None), recorded as
         the last writers of their bytes; returns their ids. ``tags``: the view's."""
-        tags = tags[:, 0] if where is None else tags[where, 0]
+        tags = tags.col[:, 0] if where is None else tags.col[where, 0]
         lo, m = self.n + 1, tags.size
         if lo + m > self.tag.size:
             grown = np.zeros(max(2 * self.tag.size, lo + m), np.int64)
@@ -488,7 +494,7 @@ class _Versions:
         self.n += m
         return stored - 1
 
-    def resolve(self, layout: ViewLayout, tags: np.ndarray, what: str,
+    def resolve(self, layout: ViewLayout, tags: ExtentTags, what: str,
                 explain: bool) -> tuple[np.ndarray, str, bool]:
         """Version id read by each element of a float view, or BAD; when ``explain``, the
         reason for the first BAD element ("" when there is none); and whether every
@@ -499,15 +505,18 @@ class _Versions:
         suffice: a node of the element's extent covers all its words, so the last such
         node is the last writer of every word that still carries that tag."""
         stored = self._words_of(layout).reshape(layout.size, -1)  # (elements, words)
+        first = stored[:, 0]
+        # the common case, in byte comparisons: one writer per element (its words agree)
+        # and that writer's extent the element's own
+        if (stored.shape[1] == 1 or first.tobytes() == stored[:, 1].tobytes()) and \
+                self.tag[first].tobytes() == tags.raw:
+            return first - 1, "", True
         written = self.tag[stored]
-        same = written == tags
-        if same.all():  # the common case: every element read whole, as it was written
-            return stored[:, 0] - 1, "", True
-        fine = same | (written == 0)
-        if fine.all():  # ... or never written at all
-            return stored[:, 0] - 1, "", False
+        fine = (written == tags.col) | (written == 0)
+        if fine.all():  # the others were never written at all (CONST)
+            return first - 1, "", False
         ok = fine.all(axis=1)
-        vids = np.where(ok, stored[:, 0] - 1, BAD).astype(self.id_dtype)
+        vids = np.where(ok, first - 1, BAD).astype(self.id_dtype)
         if not explain:
             return vids, "", False
         j = int(np.flatnonzero(~ok)[0])

@@ -387,9 +387,9 @@ class Admission:
         return {"supported": self.supported, "reason": self.reason}
 
 
-@dataclass(frozen=True, slots=True)
-class OpVersions:
-    """The version nodes one op read and created, stored as arrays."""
+class OpVersions(NamedTuple):
+    """The version nodes one op read and created, stored as arrays (a NamedTuple, like
+    :class:`OpValues`: one per executed op)."""
 
     reads: dict[str, np.ndarray]  # per float source field, the id each element read
     writes: np.ndarray  # ids of the written elements (at the op's ``where``)

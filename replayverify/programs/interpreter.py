@@ -747,18 +747,16 @@ def final_storage_operands(ex: Execution) -> Callable[[OpValues], Operands]:
 
 def stale_reads(ex: Execution) -> list[tuple[int, str]]:
     """(op, field) for every value operand of a float op whose bytes differ in the final
-    storage from the version the op read (SPEC §5, final-storage). Derived once per
-    execution (the generator's acceptance test and the final-storage control both ask)."""
-    if not hasattr(ex, "_stale"):
-        final = final_storage_operands(ex)
-        out = []
-        for rec in ex.records:
-            if rec.float_op and rec.op.spec.value_operands:
-                now = final(rec)
-                out += [(rec.index, f) for f in rec.op.spec.value_operands
-                        if now[f].tobytes() != rec.operands[f].tobytes()]
-        ex._stale = out
-    return list(ex._stale)
+    storage from the version the op read (SPEC §5, final-storage); ``Execution.stale``
+    keeps it."""
+    final = final_storage_operands(ex)
+    out = []
+    for rec in ex.records:
+        if rec.float_op and rec.op.spec.value_operands:
+            now = final(rec)
+            out += [(rec.index, f) for f in rec.op.spec.value_operands
+                    if now[f].tobytes() != rec.operands[f].tobytes()]
+    return out
 
 
 def stale_operands(ex: Execution) -> list[int]:

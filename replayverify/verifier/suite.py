@@ -252,6 +252,8 @@ def run_suite(cfg: SuiteConfig,
     ``executor`` says where programs run (default: ``cfg.workers`` local processes);
     the records do not depend on it.
     """
+    # run_job's checks imported here, before local workers fork, instead of once in each
+    import replayverify.verifier.check  # noqa: F401
     from replayverify.verifier.report import write_outputs
     from replayverify.verifier.shrink import shrink_failures
 

@@ -231,6 +231,7 @@ class _Step:
     reads: tuple[tuple[str, ViewLayout], ...]  # (field, layout) of every view it reads
     draws: bool
     sources: tuple[tuple[str, ViewLayout], ...]  # float ops: (field, layout) of each source
+    flat: bool  # the destination is 1-D
 
 
 def op_steps(program: Program) -> tuple[_Step, ...]:
@@ -244,7 +245,8 @@ def op_steps(program: Program) -> tuple[_Step, ...]:
             reads = tuple((f, lay[getattr(op, f)]) for f in spec.reads)
             sources = reads[: len(spec.sources)] if dst.view.is_float else ()
             out.append(_Step(op, op.kind, dst, dst.dtype, dst.size, reads,
-                             spec.draws is not None, sources))
+                             spec.draws is not None, sources,
+                             len(dst.view.shape) == 1))
         steps = program.derived["steps"] = tuple(out)
     return steps
 
@@ -274,7 +276,8 @@ def _run_step(program: Program, step: _Step, state: State, draws: Any,
               forward: Mapping[OpKind, ForwardRule]) -> tuple[Operands, Any, Any, Any]:
     """``execute_op``'s work: (operands, draws, where, values) of the op run on ``state``."""
     operands = {}
-    if state.xp is np:  # strided views over the buffers, flattened: fresh copies
+    on_numpy = state.xp is np
+    if on_numpy:  # strided views over the buffers, flattened: fresh copies
         typed = state.typed
         for f, lay in step.reads:
             operands[f] = typed(lay).flatten()
@@ -291,7 +294,10 @@ def _run_step(program: Program, step: _Step, state: State, draws: Any,
     values, where = forward[step.kind](step.op, operands, draws, step.dtype, step.size)
     if type(values) is not np.ndarray or values.dtype != step.dtype or values.ndim != 1:
         values = state.xp.asarray(values).astype(step.dtype, copy=False).reshape(-1)
-    state.write(step.dst, values, where)
+    if on_numpy and where is None and step.flat:  # the common write: the whole 1-D view
+        typed(step.dst)[...] = values
+    else:
+        state.write(step.dst, values, where)
     return operands, draws, where, values
 
 

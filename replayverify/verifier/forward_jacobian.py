@@ -48,9 +48,9 @@ TangentRule = Callable[[Coefs, Values, Tangents, "np.ndarray | None", int],
 
 def coefs_of(op: Op, dtype: np.dtype) -> dict[str, float]:
     """Every coefficient of ``op`` converted to the view's dtype first (SPEC §2), then to
-    float64: what the tangent rules multiply by (derived once per program)."""
-    with np.errstate(all="ignore"):  # a float64 coefficient beyond float32 becomes inf
-        return {c.name: float(op.coef_as(c.name, dtype)) for c in op.spec.coefs}
+    float64: what the tangent rules multiply by (derived once per program). A float64
+    coefficient beyond float32's range becomes inf (callers run under ``quiet``)."""
+    return {c.name: float(op.coef_as(c.name, dtype)) for c in op.spec.coefs}
 
 
 # ---------------------------------------------------------------- tangent rules
@@ -188,6 +188,7 @@ def _plan(program: Program) -> _Plan:
     return plan
 
 
+@quiet  # (coefficients converted to float32 may overflow to inf: a legal value)
 def _derive_plan(program: Program) -> _Plan:
     # Every view's elements at once, then slices per view: a handful of array operations
     # per program rather than several per view.
@@ -230,10 +231,13 @@ def _derive_plan(program: Program) -> _Plan:
     steps = []
     for op in program.ops:
         dst = lay[op.dst]
-        sources = tuple((f, views[getattr(op, f)]) for f in op.spec.sources)
-        cast = any(lay[getattr(op, f)].dtype.char != "d" for f in op.spec.sources)
-        coefs = coefs_of(op, dst.dtype) if dst.view.is_float else {}
-        steps.append(_TangentStep(op, views[op.dst], dst.view.is_float, sources, cast, coefs))
+        if not dst.view.is_float:  # an integer write: only its words matter
+            steps.append(_TangentStep(op, views[op.dst], False, (), False, {}))
+            continue
+        names = [getattr(op, f) for f in op.spec.sources]
+        steps.append(_TangentStep(
+            op, views[op.dst], True, tuple(zip(op.spec.sources, [views[n] for n in names])),
+            any(lay[n].dtype.char != "d" for n in names), coefs_of(op, dst.dtype)))
     inputs = tuple(views[name] for name in program.inputs)
     loss = program.loss.view
     return _Plan(Addresses(int(uniq.size), of_view), sum(t.size for t in inputs), inputs,

@@ -85,6 +85,17 @@ class SlowRegion:
 slow_region = SlowRegion()  # --engine tests.helpers:slow_region
 
 
+def crash_or_raise(task: int) -> int:
+    """``task`` back, but for 13: end the process, as a crash would; for 7: raise."""
+    import os
+
+    if task == 13:
+        os._exit(3)
+    if task == 7:
+        raise ValueError("seven")
+    return task
+
+
 def exit_worker(task: str) -> str:
     """``task`` back, but for "exit": then end the process, as a crash would (a Dask task
     whose worker dies). It waits 1 s first, so that the worker has reported the tasks it

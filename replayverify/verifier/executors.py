@@ -6,10 +6,12 @@ order**, one at a time, as soon as it and every task before it have finished. Th
 runner stays the only writer of its output, so what it writes, and how ``--resume``
 continues it, does not depend on where the tasks ran.
 
-``ProcessPool`` is the local executor. ``DaskExecutor`` (the optional ``dask`` extra)
-submits tasks to a Dask scheduler in a bounded window, keyed by run token and task id,
-lets the scheduler rerun a task whose worker died, and asks ``lost(task, reason)``
-for the result of a task that every worker it was given to died on. Each task carries
+``ProcessPool`` is the local executor: forked workers, a pipe each, tasks sent in
+batches; a task that kills its worker twice (once alone) is ``lost``. ``DaskExecutor``
+(the optional ``dask`` extra) submits tasks to a Dask scheduler in a bounded window,
+keyed by run token and task id, lets the scheduler rerun a task whose worker died, and
+asks ``lost(task, reason)`` for the result of a task that every worker it was given to
+died on. Each task carries
 this package's source fingerprint; a worker whose replayverify differs refuses it.
 """
 
@@ -25,9 +27,12 @@ import signal
 import sys
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -106,17 +111,57 @@ def time_limit(seconds: float) -> Iterator[None]:
 # ---------------------------------------------------------------- local processes
 
 
+class _Raised:
+    """An exception a task raised in a worker, sent back to be raised in task order."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+def _serve(conn: Connection, fn: Callable[[T], R], inherited: list[Connection]) -> None:
+    """A local worker: runs ``fn`` on each batch of tasks it is sent, sends the results.
+
+    It closes the parent's pipe ends that the fork gave it (so that it sees the parent go
+    away), ignores SIGINT (a terminal sends Ctrl-C to the whole group; the parent stops
+    its workers itself) and exits when the parent's end of its pipe closes.
+    """
+    for other in inherited:
+        other.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        while (batch := conn.recv()) is not None:
+            out: list = []
+            for task in batch:
+                try:
+                    out.append(fn(task))
+                except Exception as exc:
+                    out.append(_Raised(exc))
+            conn.send(out)
+    except (EOFError, OSError):
+        pass
+
+
+@dataclass
+class _Worker:
+    process: BaseProcess
+    conn: Connection
+    batches: deque[tuple[range, bool]]  # sent, not yet answered: (task indices, alone)
+
+
 @dataclass(frozen=True)
 class ProcessPool:
     """``workers`` forked processes on this machine (1: in this process).
 
     ``batch``: up to that many consecutive tasks go to a worker as one message, and
     their results come back as one (never so many that a worker gets fewer than four
-    batches, so the last ones still finish together). Each message costs the parent:
-    ``multiprocessing.Pool`` wakes its worker-handler thread on every result in the
-    queue, and that thread spins until the result thread has read it; for tasks of a
-    few milliseconds (a suite program) that was ~10 % of the run's CPU. Results are
-    yielded one task at a time, in task order, whatever the batch.
+    batches, so the last ones still finish together); results are yielded one task at a
+    time, in task order, whatever the batch. Each worker has its own pipe and at most
+    two batches sent ahead (tasks must be small: they are sent from this thread); the
+    parent runs no helper thread. (``multiprocessing.Pool``, used before, has one that
+    spins on every result left unread while the caller works: ~10 % of a suite's CPU
+    with one program per message, ~3 % with 16.) When a worker dies, the tasks of its
+    batches run again, each alone in a new worker; ``lost(task, reason)`` gives the
+    result of a task whose lone worker died too. A task's exception is raised here.
     """
 
     workers: int
@@ -129,9 +174,76 @@ class ProcessPool:
                 yield fn(task)
             return
         chunk = max(1, min(self.batch, len(tasks) // (4 * self.workers)))
+        todo = deque((range(i, min(i + chunk, len(tasks))), False)
+                     for i in range(0, len(tasks), chunk))
         ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
-        with ctx.Pool(self.workers) as pool:
-            yield from pool.imap(fn, tasks, chunksize=chunk)
+        workers: list[_Worker] = []
+        done: dict[int, R | _Raised] = {}
+
+        def start() -> None:
+            here, there = ctx.Pipe()
+            inherited = [here, *(w.conn for w in workers)] if ctx.get_start_method() == "fork" \
+                else []
+            process = ctx.Process(target=_serve, args=(there, fn, inherited), daemon=True)
+            process.start()
+            there.close()
+            workers.append(_Worker(process, here, deque()))
+
+        def feed(w: _Worker) -> None:
+            while todo and len(w.batches) < 2:
+                part, alone = todo.popleft()
+                try:
+                    w.conn.send([tasks[i] for i in part])
+                except OSError:  # it died; its pipe says so to wait() below
+                    todo.appendleft((part, alone))
+                    return
+                w.batches.append((part, alone))
+
+        def died(w: _Worker) -> None:
+            w.process.join()
+            w.conn.close()
+            workers.remove(w)
+            reason = f"its worker process died (exit code {w.process.exitcode})"
+            again = list(w.batches)
+            if again:  # the first batch was running: its tasks again, each alone
+                part, alone = again.pop(0)
+                if alone:
+                    done[part.start] = lost(tasks[part.start], reason)
+                else:
+                    again[:0] = [(range(i, i + 1), True) for i in part]
+            todo.extendleft(reversed(again))
+            if todo:
+                start()
+
+        try:
+            for _ in range(min(self.workers, len(todo))):
+                start()
+            written = 0
+            while written < len(tasks):
+                for w in workers:
+                    feed(w)
+                by_conn = {w.conn: w for w in workers}
+                for conn in wait(list(by_conn)):
+                    w = by_conn[conn]
+                    try:
+                        out = conn.recv()
+                    except (EOFError, OSError):
+                        died(w)
+                        continue
+                    part, _ = w.batches.popleft()
+                    done.update(zip(part, out))
+                while written in done:
+                    result = done.pop(written)
+                    if isinstance(result, _Raised):
+                        raise result.exc
+                    yield result
+                    written += 1
+        finally:
+            for w in workers:
+                w.process.terminate()
+            for w in workers:
+                w.process.join()
+                w.conn.close()
 
 
 # ---------------------------------------------------------------- Dask

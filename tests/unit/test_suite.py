@@ -67,6 +67,64 @@ def test_records_do_not_depend_on_worker_count(tmp_path):
     assert programs == {str(p) for p in suite_ids(8, 2)}
 
 
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_local_workers_yield_in_task_order_and_a_crash_loses_only_its_task(batch):
+    """A worker that dies takes no other task with it: the tasks of its batches run again,
+    each alone, and only the one that kills its lone worker too becomes ``lost``."""
+    from replayverify.verifier.executors import ProcessPool
+    from tests.helpers import crash_or_raise
+
+    tasks = [t for t in range(40) if t != 7]
+    got = list(ProcessPool(2, batch=batch).map(crash_or_raise, tasks, name=str,
+                                               lost=lambda t, why: f"lost {t}: {why}"))
+    assert got == ["lost 13: its worker process died (exit code 3)" if t == 13 else t
+                   for t in tasks]
+
+
+def test_a_task_that_raises_in_a_local_worker_raises_in_task_order():
+    from replayverify.verifier.executors import ProcessPool
+    from tests.helpers import crash_or_raise
+
+    seen = []
+    with pytest.raises(ValueError, match="seven"):
+        for r in ProcessPool(2, batch=2).map(crash_or_raise, list(range(20)), name=str,
+                                             lost=lambda t, why: None):
+            seen.append(r)
+    assert seen == list(range(7))
+
+
+def test_ctrl_c_with_local_workers_gives_one_line_exit_130_and_resumes(tmp_path):
+    """Ctrl-C reaches the whole group: the workers ignore it, the parent stops them."""
+    from replayverify.engines import registry
+    from tests.helpers import child_env, killed_at_exit, written
+
+    slow = "tests.helpers:slow_region"  # 0.1 s per program more: time to interrupt
+    ref = tmp_path / "ref"
+    run_suite(SuiteConfig(programs=16, seed=3, workers=1, out=ref,
+                          engines=(registry.resolve(slow),)))
+    out = tmp_path / "s"
+    cmd = [sys.executable, "-m", "replayverify", "suite", "--programs", "16", "--seed", "3",
+           "--engine", slow, "--workers", "2", "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    with killed_at_exit(proc):
+        deadline = time.monotonic() + 120
+        while written(out) < 2:
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no program was written in 120 s"
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        f"replayverify: interrupted; every finished program's records are in "
+        f"{out / 'records.jsonl'}: continue with the same command and --resume"]
+    assert written(out) < 16
+    run_suite(SuiteConfig(programs=16, seed=3, workers=2, out=out, resume=True,
+                          engines=(registry.resolve(slow),)))
+    assert strip_times(out / "records.jsonl") == strip_times(ref / "records.jsonl")
+
+
 def test_refuses_to_overwrite_without_resume(tmp_path):
     run_suite(SuiteConfig(programs=1, seed=0, workers=1, out=tmp_path))
     with pytest.raises(SuiteError, match="--resume"):

@@ -512,8 +512,8 @@ class _Versions:
         node is the last writer of every word that still carries that tag."""
         stored = self._words_of(layout).reshape(layout.size, -1)  # (elements, words)
         first = stored[:, 0]
-        # the common case, in byte comparisons: one writer per element (its words agree)
-        # and that writer's extent the element's own
+        # the common case, in byte comparisons: one writer per element (its one or two
+        # words agree) and that writer's extent the element's own
         if (stored.shape[1] == 1 or first.tobytes() == stored[:, 1].tobytes()) and \
                 self.tag[first].tobytes() == tags.raw:
             return first - 1, "", True

@@ -155,9 +155,9 @@ class ProcessPool:
     ``batch``: up to that many consecutive tasks go to a worker as one message, and
     their results come back as one (never so many that a worker gets fewer than four
     batches, so the last ones still finish together); results are yielded one task at a
-    time, in task order, whatever the batch. Each worker has its own pipe and at most
-    two batches sent ahead (tasks must be small: they are sent from this thread); the
-    parent runs no helper thread. (``multiprocessing.Pool``, used before, has one that
+    time, in task order, whatever the batch. Each worker has its own pipe and up to two
+    batches in hand (tasks must be small: they are sent from this thread); the parent
+    runs no helper thread. (``multiprocessing.Pool``, used before, has one that
     spins on every result left unread while the caller works: ~10 % of a suite's CPU
     with one program per message, ~3 % with 16.) When a worker dies, the tasks of its
     batches run again, each alone in a new worker; ``lost(task, reason)`` gives the
@@ -174,6 +174,9 @@ class ProcessPool:
                 yield fn(task)
             return
         chunk = max(1, min(self.batch, len(tasks) // (4 * self.workers)))
+        # two batches in hand keep a worker busy while the parent writes its last results;
+        # tasks sent one by one (the cohort's, long) go one at a time, to end together
+        ahead = 2 if chunk > 1 else 1
         todo = deque((range(i, min(i + chunk, len(tasks))), False)
                      for i in range(0, len(tasks), chunk))
         ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
@@ -190,7 +193,7 @@ class ProcessPool:
             workers.append(_Worker(process, here, deque()))
 
         def feed(w: _Worker) -> None:
-            while todo and len(w.batches) < 2:
+            while todo and len(w.batches) < ahead:
                 part, alone = todo.popleft()
                 try:
                     w.conn.send([tasks[i] for i in part])

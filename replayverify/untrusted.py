@@ -229,10 +229,13 @@ def decode_float(value: Any) -> Any:
     return value
 
 
+_STRICT = json.JSONEncoder(allow_nan=False)  # dumps() without options: one encoder for all
+
+
 def dumps(obj: Any, **kwargs: Any) -> str:
     """Strict RFC 8259 JSON: non-finite floats encoded by :func:`encode`, never NaN tokens."""
     try:  # most documents (a suite's records) hold no non-finite float and no numpy scalar
-        return json.dumps(obj, allow_nan=False, **kwargs)
+        return _STRICT.encode(obj) if not kwargs else json.dumps(obj, allow_nan=False, **kwargs)
     except (ValueError, TypeError):  # json refused one: the same text :func:`encode` gives
         return json.dumps(encode(obj), allow_nan=False, **kwargs)
 

@@ -108,7 +108,7 @@ class Record:
         return d
 
     def to_json(self) -> str:
-        return dumps(self.to_dict(), sort_keys=False)
+        return dumps(self.to_dict())
 
     @classmethod
     def from_dict(cls, d: dict) -> Record:

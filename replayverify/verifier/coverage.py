@@ -66,10 +66,10 @@ def program_coverage(ex: Execution) -> dict:
     views = {v.name: v for v in program.views}
     lay = layouts(program)
     cell_of = {v.name: f"{view_kind(v)}|{v.dtype}" for v in program.views}
-    cells = sorted({f"{op.kind.value}|{cell_of[getattr(op, f)]}"
-                    for op in program.ops for f in op.spec.view_fields})
-    fields_2d = sorted({f for op in program.ops for f in op.spec.view_fields
-                        if len(views[getattr(op, f)].shape) == 2})
+    named = [(op.kind.value, f, getattr(op, f)) for op in program.ops
+             for f in op.spec.view_fields]  # (op kind, field, view) of every view an op names
+    cells = sorted({f"{kind}|{cell_of[name]}" for kind, _, name in named})
+    fields_2d = sorted({f for _, f, name in named if len(views[name].shape) == 2})
     bounds = program.segment_bounds()
     draws = sorted({_draw_position(k, bounds) for k, op in enumerate(program.ops)
                     if op.spec.draws})

@@ -1,8 +1,10 @@
 """Complex-step derivative (SPEC §5 ``complex-step``): float64 programs only.
 
 The program runs on complex128 shadow storage: every 8-byte word of every buffer is
-one complex number per input coordinate, storage shape (coordinates, words), with
-input coordinate c perturbed by i*h, h = 1e-200. All coordinates go in one pass.
+one complex number per input coordinate (its imaginary parts stored as (words,
+coordinates) per buffer), with input coordinate c perturbed by i*h, h = 1e-200. All
+coordinates go in one pass; each view's words and each op's step are derived once per
+program (``_plan``).
 Each float op is evaluated by the interpreter's own forward rule (``FORWARD``, the one
 definition of the op) on complex128 operands (real + i*imag) batched over the
 coordinates; no formula and no derivative is written here, and

@@ -1,12 +1,15 @@
 """Forward-mode Jacobian through the mutable storage (SPEC §5 ``forward-jacobian``).
 
 Tangents shadow the storage itself, never the version graph: every distinct float
-element address (buffer, first byte, dtype) owns one row of a float64 tangent array
-of shape (addresses, input coordinates), so all coordinates propagate at once. Each
-byte carries a tag, the address whose write last covered it (or "constant", or
-"integer write"); a float read of an element is defined iff all its bytes carry that
-element's own address or are all constant, which is SPEC §3's admission rule stated
-on addresses. Values come from :func:`execute_op` (the interpreter's ``FORWARD``).
+element address (buffer, first byte, dtype) owns one row of a tangent array of shape
+(addresses, input coordinates), so all coordinates propagate at once. Each byte carries
+a tag, the address whose write last covered it (or "constant", or "integer write"),
+kept once per aligned 4-byte word (every write covers whole words); a float read of an
+element is defined iff all its bytes carry that element's own address or are all
+constant, which is SPEC §3's admission rule stated on addresses. Values come from
+:func:`execute_op` (the interpreter's ``FORWARD``). What does not depend on values (the
+addresses, each view's words and tags, each op's step and coefficients) is derived once
+per program (``_plan``).
 
 The tangent rules (``TANGENT``) are this module's own statement of each op's derivative,
 written independently of the interpreter's ``REVERSE`` on purpose: the forward Jacobian

@@ -379,27 +379,32 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
     What op ``k`` wrote follows from the *recovered* operands (a wrong recovered index
     misplaces the adjoints, as it would in a real engine)."""
     xp = tape.xp
+    on_np = xp is np
     for j in reversed(range(len(ops))):
         k, rec = first + j, ops[j]
         plan = tape.plans[k]
         dst = plan.dst
         a = adj[dst.view.buffer]
-        where = written_positions(plan.op, rec.operands, dst.size) if plan.partial else None
-        starts = dst.starts if xp is np else dst.starts_in(xp)
-        g = a[starts if where is None else starts[where]]
-        if where is not None:
+        # only float writes carry derivatives: an integer op's written slots are just cleared
+        rule = REVERSE[plan.op.kind] if plan.float_write else None
+        if plan.partial:
+            where = written_positions(plan.op, rec.operands, dst.size)
+            if rule is not None:
+                g = a[dst.starts_in(xp)[where]]
             a[dst.bytes_of(where, xp)] = 0.0
         else:
-            a[dst.byte_index if xp is np else dst.index(xp)] = 0.0
-        rule = REVERSE[plan.op.kind]
-        if rule is None or not plan.float_write or g.size == 0:
+            where = None
+            if rule is not None:
+                g = a[dst.starts if on_np else dst.starts_in(xp)]
+            a[dst.byte_index if on_np else dst.index(xp)] = 0.0
+        if rule is None or g.size == 0:
             continue
         if rec.where is not where or rec.op is not plan.op:  # the rule sees op k of this
             # program and what it wrote as derived here
             rec = OpValues(k, plan.op, dst.dtype, dst.size, rec.operands, rec.draws, where)
         for f, c in rule(rec, g).items():
             src = plan.sources[f]
-            if xp is np:  # a view's elements never overlap: its starts are distinct slots
+            if on_np:  # a view's elements never overlap: its starts are distinct slots
                 adj[src.view.buffer][src.starts] += c
             else:
                 scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)

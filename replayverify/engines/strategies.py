@@ -233,9 +233,9 @@ class Whole(Strategy):
 # ---------------------------------------------------------------- region
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """Old and new bytes of the regions one op overwrote, in one buffer."""
+class JournalEntry(NamedTuple):
+    """Old and new bytes of the regions one op overwrote, in one buffer. (A ``NamedTuple``
+    like ``OpValues``: one is made per journalled op of every run.)"""
 
     buffer: str
     index: Any  # byte indices of the journalled regions (region-major), an xp array
@@ -246,6 +246,17 @@ class JournalEntry:
     @property
     def nbytes(self) -> int:
         return int(self.old.nbytes + self.new.nbytes) + INDEX_BYTES * self.regions
+
+
+class JournalOp(NamedTuple):
+    """What journalling one op's write needs, derived once per program, granularity and
+    array module (:meth:`Region.journal_plan`): the regions its destination view covers."""
+
+    buffer: str
+    index: Any  # byte indices of those regions (region-major), an xp array
+    regions: int
+    nbytes: int  # the entry's charge when the op writes all of them (old, new, indices)
+    granularity: int
 
 
 class Region(Strategy):
@@ -274,30 +285,52 @@ class Region(Strategy):
     def begin(self, tape: Tape, s: int, state: State) -> None:
         tape.keep(s, ("rng", s), state.rng, RNG_BYTES)
 
+    def journal_plan(self, tape: Tape) -> tuple[JournalOp, ...]:
+        """Per op, its :class:`JournalOp`: carried by the program, like its run plan."""
+        key = ("journal_plan", self.granularity, tape.xp.__name__)
+        plan = tape.program.derived.get(key)
+        if plan is None:
+            plan = tape.program.derived[key] = self._journal_plan(tape)
+        return plan
+
+    def _journal_plan(self, tape: Tape) -> tuple[JournalOp, ...]:
+        sizes = {b.name: b.nbytes for b in tape.program.buffers}
+        out = []
+        for op in tape.plans:
+            dst = op.dst
+            g = self.granularity or dst.dtype.itemsize
+            if g == dst.dtype.itemsize:  # elements start at multiples of their size: the
+                # regions are the elements, their bytes the view's byte index
+                idx, regions = dst.index(tape.xp), dst.size
+            else:
+                idx, regions = dst.regions(g, sizes[dst.view.buffer], tape.xp)
+            out.append(JournalOp(dst.view.buffer, idx, regions,
+                                 2 * int(idx.size) + INDEX_BYTES * regions, g))
+        return tuple(out)
+
     def journal_open(self, tape: Tape, k: int, state: State) -> Any:
-        dst = tape.plans[k].dst
-        buf = state.buffers[dst.view.buffer]
-        g = self.granularity or dst.dtype.itemsize
-        idx, regions = dst.regions(g, buf.size, tape.xp)
-        return idx, buf[idx], regions  # old bytes of every region the op may write
+        j = self.journal_plan(tape)[k]
+        return j, state.buffers[j.buffer][j.index]  # old bytes of every region it may write
 
     def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpValues,
                       pending: Any) -> None:
         if pending is None:
             return
-        dst = tape.plans[k].dst
-        buf = state.buffers[dst.view.buffer]
-        g = self.granularity or dst.dtype.itemsize
-        idx, old, regions = pending
-        xp = tape.xp
-        if ev.where is not None:  # a scatter: keep only the regions it actually wrote
-            written = unique_ints(dst.bytes_of(ev.where, xp) // g)  # their ids, sorted
-            ids = idx // g
-            # a region is written iff its id is the first written id at or above it
-            # (past the last written id, the search wraps to the first, which is smaller)
-            keep = written[xp.searchsorted(written, ids) % written.size] == ids
-            idx, old, regions = idx[keep], old[keep], int(written.size)
-        entry = JournalEntry(dst.view.buffer, idx, old, buf[idx], regions)
+        j, old = pending
+        buf = state.buffers[j.buffer]
+        if ev.where is None:
+            entry = JournalEntry(j.buffer, j.index, old, buf[j.index], j.regions)
+            tape.keep(s, ("journal", k), entry, j.nbytes)
+            return
+        # a scatter: keep only the regions it actually wrote
+        xp, g = tape.xp, j.granularity
+        written = unique_ints(tape.plans[k].dst.bytes_of(ev.where, xp) // g)  # ids, sorted
+        ids = j.index // g
+        # a region is written iff its id is the first written id at or above it
+        # (past the last written id, the search wraps to the first, which is smaller)
+        keep = written[xp.searchsorted(written, ids) % written.size] == ids
+        idx = j.index[keep]
+        entry = JournalEntry(j.buffer, idx, old[keep], buf[idx], int(written.size))
         tape.keep(s, ("journal", k), entry, entry.nbytes)
 
     def entries(self, tape: Tape, first: int, stop: int) -> list[JournalEntry]:

@@ -83,12 +83,30 @@ def float64_overflow(g: np.ndarray, reference: np.ndarray, execution: Execution)
 
 class ExpectedStates:
     """The states an engine must reproduce, taken from ``execution`` once for every engine
-    judged against it: (B_T, R_T) and the segment boundaries (B_s, R_s)."""
+    judged against it: (B_T, R_T) and the segment boundaries (B_s, R_s); and the gradient
+    verdicts given so far against one reference (:meth:`gradient_verdict`)."""
 
     def __init__(self, execution: Execution) -> None:
         self.execution = execution
         self.final = execution.final
         self._boundaries = execution.boundaries
+        self._reference: np.ndarray | None = None  # the reference of ``_verdicts``
+        self._verdicts: dict[tuple, Verdict] = {}
+
+    def gradient_verdict(self, result: EngineResult, reference: np.ndarray | None) -> Verdict:
+        """:func:`gradient_verdict` of ``result``. A verdict is a function of the gradient's
+        bytes (given the execution and the reference), and the engines of one check mostly
+        return the same bytes: an equal gradient is judged once per reference."""
+        g = result.gradient
+        if g is None or type(g) is not np.ndarray:
+            return gradient_verdict(result, self.execution, reference)
+        if reference is not self._reference:
+            self._reference, self._verdicts = reference, {}
+        key = (g.dtype.str, g.shape, g.tobytes())
+        hit = self._verdicts.get(key)
+        if hit is None:
+            hit = self._verdicts[key] = gradient_verdict(result, self.execution, reference)
+        return hit
 
     def boundaries(self, segments: int) -> list[Snapshot]:
         """(B_s, R_s) for s = 0..``segments``; recorded by re-running the program (once)
@@ -142,7 +160,7 @@ def _run(engine: Engine, expected: ExpectedStates, reference: np.ndarray | None,
     execution = expected.execution
     extra = {} if xp is None else {"xp": xp}  # NumPy-only engines need not take ``xp``
     result = engine.run(execution.program, admission=execution.admission, **extra)
-    grad = gradient_verdict(result, execution, reference)
+    grad = expected.gradient_verdict(result, reference)
     byt = bytes_verdict(result, execution, expected)
     return result, grad, byt, time.perf_counter() - t0
 

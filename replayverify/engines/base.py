@@ -52,6 +52,7 @@ from replayverify.programs.interpreter import (
     OpValues,
     execute,
     execute_op,
+    op_steps,
     op_values,
     written_positions,
 )
@@ -147,17 +148,14 @@ def run_plan(program: Program) -> RunPlan:
 
 
 def _make_plan(program: Program) -> RunPlan:
-    lay = layouts(program)
     sizes = {b.name: b.nbytes for b in program.buffers}
     ops = []
-    for op in program.ops:
-        spec = op.spec
-        reads = tuple([(f, lay[getattr(op, f)]) for f in spec.reads])
+    for step in op_steps(program):  # the interpreter's per-op layouts, derived once too
+        op, dst, reads = step.op, step.dst, step.reads
         buffers = tuple(sorted({r.view.buffer for _, r in reads}))
-        dst = lay[op.dst]
         ops.append(OpPlan(op, dst, reads, dict(reads), buffers,
-                          sum([sizes[b] for b in buffers]), spec.partial,
-                          dst.view.is_float, bool(spec.draws)))
+                          sum([sizes[b] for b in buffers]), op.spec.partial,
+                          dst.view.is_float, step.draws))
     weights = np.asarray(program.loss.weights, dtype=np.float64)
     weights.setflags(write=False)
     return RunPlan(program.segment_bounds(), program.nbytes, tuple(ops), weights)

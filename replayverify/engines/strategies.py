@@ -133,19 +133,38 @@ def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
             part[b] = len(views)
             views += lays.values()
             nbytes += views[-1].size * views[-1].dtype.itemsize
+    positions = {}  # view -> where its bytes sit in its buffer's union
+    sizes = {b.name: b.nbytes for b in tape.program.buffers}
     for b, lays in per_buffer.items():
         if len(lays) > 1:
-            idx = unique_ints(np.concatenate([lay.byte_index for lay in lays.values()]))
+            idx, pos = _union(list(lays.values()), sizes[b])
+            positions.update(pos)
             part[b] = len(views) + len(unions)
             unions.append((b, idx))
             nbytes += int(idx.size)
     at = {}
     for f in fields:
-        lay = sources[f]
-        p = part[lay.view.buffer]
-        at[f] = (p, None if p < len(views) else
-                 np.searchsorted(unions[p - len(views)][1], lay.byte_index))
+        view = sources[f].view
+        p = part[view.buffer]
+        at[f] = (p, None if p < len(views) else positions[view.name])
     return ReadSetPlan(tuple(views), tuple(unions), at, nbytes, {})
+
+
+def _union(lays: list[ViewLayout], nbytes: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The sorted distinct bytes of views of one buffer (of ``nbytes``) and, per view
+    name, the positions of its bytes among them. Where the buffer is not much larger than
+    the views (as ``unique_ints`` decides), a bitmap of the buffer's bytes, its running
+    count ranking them; otherwise a sort."""
+    indices = [lay.byte_index for lay in lays]
+    if nbytes <= 8 * sum([i.size for i in indices]) + 4096:
+        mask = np.zeros(nbytes, dtype=bool)
+        for i in indices:
+            mask[i] = True
+        rank = np.cumsum(mask) - 1
+        idx = np.flatnonzero(mask)
+        return idx, {lay.view.name: rank[i] for lay, i in zip(lays, indices)}
+    idx = unique_ints(np.concatenate(indices))
+    return idx, {lay.view.name: np.searchsorted(idx, i) for lay, i in zip(lays, indices)}
 
 
 class ReadSet(Strategy):
@@ -393,14 +412,15 @@ class Guarded(Region):
 
     def end(self, tape: Tape, s: int, state: State) -> None:
         a, b = tape.bounds[s]
-        journal = [("rng", s)] + [("journal", k) for k in range(a, b)
-                                  if ("journal", k) in tape.data]
-        anchor = [("anchor", s)] + [("draws", k) for k in range(a, b)
-                                    if ("draws", k) in tape.data]
-        j_bytes = sum(tape.sizes[key][1] for key in journal)
-        a_bytes = sum(tape.sizes[key][1] for key in anchor)
+        sizes = tape.sizes  # key -> (segment, bytes) of everything retained
+        journal = [("rng", s)] + [key for key in [("journal", k) for k in range(a, b)]
+                                  if key in sizes]
+        anchor = [("anchor", s)] + [key for key in [("draws", k) for k in range(a, b)]
+                                    if key in sizes]
+        j_bytes = sum([sizes[key][1] for key in journal])
+        a_bytes = sum([sizes[key][1] for key in anchor])
         use_anchor = a_bytes < j_bytes
-        dropped = sum(tape.drop(key) for key in (journal if use_anchor else anchor))
+        dropped = sum([tape.drop(key) for key in (journal if use_anchor else anchor)])
         tape.borrow(dropped)  # both were held until here
         tape.give_back(dropped)
         tape.anchored[s] = use_anchor

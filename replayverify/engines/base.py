@@ -220,9 +220,10 @@ class Tape:
 
     def keep(self, s: int, key: Any, value: Any, nbytes: int) -> None:
         """Retain ``value`` for backward, charging ``nbytes`` to segment ``s``."""
+        n = int(nbytes)
         self.data[key] = value
-        self.sizes[key] = (s, int(nbytes))
-        self.retained[s] += int(nbytes)
+        self.sizes[key] = (s, n)
+        self.retained[s] += n
 
     def drop(self, key: Any) -> int:
         """Release a retained value; returns the bytes it was charged."""
@@ -249,7 +250,8 @@ class Tape:
 
 def gather_view(buffers: Mapping[str, Any], layout: ViewLayout, xp: ModuleType) -> Any:
     """A view's values, flat, read from ``buffers`` (a mapping of ``xp`` uint8 arrays)."""
-    return buffers[layout.view.buffer][layout.index(xp)].view(layout.dtype)
+    index = layout.byte_index if xp is np else layout.index(xp)
+    return buffers[layout.view.buffer][index].view(layout.dtype)
 
 
 def operand_bytes(rec: OpValues) -> int:
@@ -322,11 +324,9 @@ class Strategy:
                draws: Mapping[int, np.ndarray] | None = None) -> list[OpValues]:
         """Re-execute segment ``s`` from the current state, capturing each op's operands."""
         a, b = tape.bounds[s]
-        out = []
-        for k in range(a, b):
-            rec = self.execute(tape.program, k, state, None if draws is None else draws.get(k))
-            tape.borrow(operand_bytes(rec))
-            out.append(rec)
+        out = [self.execute(tape.program, k, state, None if draws is None else draws.get(k))
+               for k in range(a, b)]
+        tape.borrow(sum([operand_bytes(rec) for rec in out]))  # all held until differentiated
         tape.replayed_ops += b - a
         return out
 
@@ -358,14 +358,20 @@ def _forward(tape: Tape, state: State) -> None:
     program = tape.program
     for s, (a, b) in enumerate(tape.bounds):
         st, owner = tape.strategies[s], tape.journal_owner[s]
+        before, after = st.before, st.after  # the segment's hooks, looked up once
         st.begin(tape, s, state)
-        for k in range(a, b):
-            st.before(tape, s, k, state)
-            pending = owner.journal_open(tape, k, state) if owner is not None else None
-            ev = execute_op(program, k, state)
-            if owner is not None:
-                owner.journal_close(tape, s, k, state, ev, pending)
-            st.after(tape, s, k, state, ev)
+        if owner is None:
+            for k in range(a, b):
+                before(tape, s, k, state)
+                after(tape, s, k, state, execute_op(program, k, state))
+        else:
+            journal_open, journal_close = owner.journal_open, owner.journal_close
+            for k in range(a, b):
+                before(tape, s, k, state)
+                pending = journal_open(tape, k, state)
+                ev = execute_op(program, k, state)
+                journal_close(tape, s, k, state, ev, pending)
+                after(tape, s, k, state, ev)
         st.end(tape, s, state)
 
 
@@ -436,8 +442,10 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     loss = lay[program.loss.view]
     if loss.view.is_float:
         weights = run_plan(program).loss_weights
-        scatter_add(xp, adj[loss.view.buffer], loss.starts_in(xp),
-                    weights if xp is np else xp.asarray(weights))
+        if xp is np:  # the loss view's elements are distinct slots: no add.at needed
+            adj[loss.view.buffer][loss.starts] += weights
+        else:
+            scatter_add(xp, adj[loss.view.buffer], loss.starts_in(xp), xp.asarray(weights))
     replays: list[Snapshot | None] = [None] * len(tape.bounds)
     for s in reversed(range(len(tape.bounds))):
         rec = strategies[s].recover(tape, s, state)

@@ -66,11 +66,12 @@ class Eager(Strategy):
 
     def recover(self, tape: Tape, s: int, state: State) -> Recovery:
         a, b = tape.bounds[s]
+        xp = tape.xp
         ops = []
         for k in range(a, b):
             saved, rng = tape.data[("eager", k)]
             plan = tape.plans[k]
-            operands = {f: gather_view(saved, lay, tape.xp) for f, lay in plan.reads}
+            operands = {f: gather_view(saved, lay, xp) for f, lay in plan.reads}
             draws = redraw(tape, k, self.rng_for(tape, k, rng, state)) if plan.draws else None
             ops.append(tape.recovered(k, operands, draws))
         return Recovery(ops)
@@ -357,7 +358,8 @@ class Region(Strategy):
         if first >= stop:
             return []
         a, b = tape.bounds[first][0], tape.bounds[stop - 1][1]
-        return [tape.data[("journal", k)] for k in range(a, b) if ("journal", k) in tape.data]
+        data = tape.data
+        return [data[key] for key in [("journal", k) for k in range(a, b)] if key in data]
 
     def undo_span(self, tape: Tape, s: int, t: int) -> tuple[int, int]:
         """Segments whose writes are undone to recover ``s`` from the state at ``t``."""

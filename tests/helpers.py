@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,6 +66,28 @@ def killed_at_exit(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def wait_written(proc: subprocess.Popen, out: Path, n: int) -> None:
+    """Wait (at most 120 s) until ``proc`` has written ``n`` tasks to ``out``."""
+    deadline = time.monotonic() + 120
+    while written(out) < n:
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, f"{n} tasks not written in 120 s"
+        time.sleep(0.01)
+
+
+def ctrl_c(proc: subprocess.Popen, out: Path, task: str, after: int = 2) -> None:
+    """Ctrl-C ``proc``'s group once it has written ``after`` tasks (``task``: what the
+    command calls one); it must exit 130 with the one-line message naming ``--resume``."""
+    with killed_at_exit(proc):
+        wait_written(proc, out, after)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        f"replayverify: interrupted; every finished {task}'s records are in "
+        f"{out / 'records.jsonl'}: continue with the same command and --resume"]
 
 
 class SlowRegion:

@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from click.testing import CliRunner
 from replayverify.cli import main
 from replayverify.cohort import CohortConfig, CohortError, run_cohort, task_ids
 from tests.cohort.test_cohort_core import ToyAdapter
-from tests.helpers import ROOT, child_env, killed_at_exit, written
+from tests.helpers import ROOT, child_env, ctrl_c, killed_at_exit, wait_written, written
 from tests.helpers import records_minus_seconds as records
 
 TOY = "tests.cohort.test_cohort_resume:SlowToy"
@@ -79,14 +78,6 @@ def start(out: Path, *extra: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def wait_written(proc: subprocess.Popen, out: Path, n: int) -> None:
-    deadline = time.monotonic() + 120
-    while written(out) < n:
-        assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < deadline, f"{n} tasks not written in 120 s"
-        time.sleep(0.01)
-
-
 def test_a_killed_run_keeps_every_task_it_reported_and_resume_reruns_only_the_rest(
         reference, tmp_path):
     out = tmp_path / "c"
@@ -121,14 +112,7 @@ def test_ctrl_c_gives_one_line_exit_130_and_the_command_resumes(reference, tmp_p
                                                                 monkeypatch):
     out = tmp_path / "c"
     proc = start(out)
-    with killed_at_exit(proc):
-        wait_written(proc, out, 2)
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert [line for line in err.splitlines() if line.strip()] == [
-        f"replayverify: interrupted; every finished task's records are in "
-        f"{out / 'records.jsonl'}: continue with the same command and --resume"]
+    ctrl_c(proc, out, "task")
     assert 2 <= written(out) < 40
     argv = ["cohort", "--frameworks", TOY, "--seeds", "5:9", "--workers", "1",
             "--out", str(out)]

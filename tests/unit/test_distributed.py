@@ -28,7 +28,7 @@ from replayverify.verifier.executors import (
     time_limit,
 )
 from replayverify.verifier.suite import SuiteConfig, run_suite, suite_ids
-from tests.helpers import child_env, killed_at_exit, written
+from tests.helpers import child_env, ctrl_c, written
 from tests.helpers import records_minus_seconds as lines
 
 SLOW = "tests.helpers:slow_region"  # 0.1 s per program more: time to kill a worker mid-task
@@ -319,18 +319,7 @@ def test_ctrl_c_gives_one_line_exit_130_and_a_directory_any_executor_resumes(ref
            "--engine", SLOW, "--dask", "local:1", "--out", str(out)]
     proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    with killed_at_exit(proc):
-        deadline = time.monotonic() + 120
-        while written(out) < 2:
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "no program was written in 120 s"
-            time.sleep(0.01)
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert [line for line in err.splitlines() if line.strip()] == [
-        f"replayverify: interrupted; every finished program's records are in "
-        f"{out / 'records.jsonl'}: continue with the same command and --resume"]
+    ctrl_c(proc, out, "program")
     assert written(out) < 24
     run_suite(SuiteConfig(programs=24, seed=3, workers=1, out=out, resume=True,
                           engines=(registry.resolve(SLOW),)))  # and locally this time

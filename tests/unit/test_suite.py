@@ -96,7 +96,7 @@ def test_a_task_that_raises_in_a_local_worker_raises_in_task_order():
 def test_ctrl_c_with_local_workers_gives_one_line_exit_130_and_resumes(tmp_path):
     """Ctrl-C reaches the whole group: the workers ignore it, the parent stops them."""
     from replayverify.engines import registry
-    from tests.helpers import child_env, killed_at_exit, written
+    from tests.helpers import child_env, ctrl_c, written
 
     slow = "tests.helpers:slow_region"  # 0.1 s per program more: time to interrupt
     ref = tmp_path / "ref"
@@ -107,18 +107,7 @@ def test_ctrl_c_with_local_workers_gives_one_line_exit_130_and_resumes(tmp_path)
            "--engine", slow, "--workers", "2", "--out", str(out)]
     proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    with killed_at_exit(proc):
-        deadline = time.monotonic() + 120
-        while written(out) < 2:
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "no program was written in 120 s"
-            time.sleep(0.01)
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert [line for line in err.splitlines() if line.strip()] == [
-        f"replayverify: interrupted; every finished program's records are in "
-        f"{out / 'records.jsonl'}: continue with the same command and --resume"]
+    ctrl_c(proc, out, "program")
     assert written(out) < 16
     run_suite(SuiteConfig(programs=16, seed=3, workers=2, out=out, resume=True,
                           engines=(registry.resolve(slow),)))

@@ -112,7 +112,9 @@ class ReadSetPlan(NamedTuple):
 
 def readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
     """The :class:`ReadSetPlan` of op ``k`` retaining ``fields``, carried by the program."""
-    plans = tape.program.derived.setdefault("readset_plans", {})
+    plans = tape.program.derived.get("readset_plans")
+    if plans is None:
+        plans = tape.program.derived["readset_plans"] = {}
     plan = plans.get((k, fields))
     if plan is None:
         plan = plans[(k, fields)] = _readset_plan(tape, k, fields)

@@ -137,10 +137,9 @@ def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
             views += lays.values()
             nbytes += views[-1].size * views[-1].dtype.itemsize
     positions = {}  # view -> where its bytes sit in its buffer's union
-    sizes = {b.name: b.nbytes for b in tape.program.buffers}
     for b, lays in per_buffer.items():
         if len(lays) > 1:
-            idx, pos = _union(list(lays.values()), sizes[b])
+            idx, pos = _union(list(lays.values()), tape.program.buffer(b).nbytes)
             positions.update(pos)
             part[b] = len(views) + len(unions)
             unions.append((b, idx))
@@ -163,11 +162,11 @@ def _union(lays: list[ViewLayout], nbytes: int) -> tuple[np.ndarray, dict[str, n
         mask = np.zeros(nbytes, dtype=bool)
         for i in indices:
             mask[i] = True
-        rank = np.cumsum(mask) - 1
-        idx = np.flatnonzero(mask)
+        rank = mask.cumsum() - 1
+        idx = mask.nonzero()[0]
         return idx, {lay.view.name: rank[i] for lay, i in zip(lays, indices)}
     idx = unique_ints(np.concatenate(indices))
-    return idx, {lay.view.name: np.searchsorted(idx, i) for lay, i in zip(lays, indices)}
+    return idx, {lay.view.name: idx.searchsorted(i) for lay, i in zip(lays, indices)}
 
 
 class ReadSet(Strategy):

@@ -17,12 +17,11 @@ import numpy as np
 from replayverify.programs.interpreter import (
     REVERSE,
     Execution,
-    Operands,
     ReverseRule,
+    final_storage_operands,
     reverse_sweep,
 )
 from replayverify.programs.model import OP_SPECS, OpKind
-from replayverify.programs.state import layouts
 from replayverify.verifier.bytes_check import diff_states, replay
 from replayverify.verifier.compare import Verdict, compare_gradients
 from replayverify.verifier.records import Outcome
@@ -34,36 +33,6 @@ def stale_reads(ex: Execution) -> list[str]:
     """'op k field' for every value a reverse rule depends on whose bytes differ at the end
     (``Execution.stale``, found once per execution)."""
     return [f"op {k} {ex.program.ops[k].kind.value} {f}" for k, f in ex.stale]
-
-
-def _final_storage(ex: Execution) -> tuple[list[str], dict[int, Operands]]:
-    """The stale reads ('op k field', as :func:`stale_reads`) and, per op with a stale
-    value operand, its operands as a sweep that reads final storage sees them (its value
-    operands read from the final state, as ``interpreter.final_storage_operands``).
-
-    One pass for both, each view read from the final state once. The other ops keep their
-    recorded operands: their value operands' bytes are the final ones, so a final-storage
-    read would give the very same arrays.
-    """
-    lay = layouts(ex.program)
-    final: dict[str, np.ndarray] = {}
-    stale: list[str] = []
-    substituted: dict[int, Operands] = {}
-    for rec in ex.records:
-        fields = rec.op.spec.value_operands
-        if not (fields and rec.float_op):
-            continue
-        now = {}
-        for f in fields:
-            name = getattr(rec.op, f)
-            if name not in final:
-                final[name] = ex.state.read(lay[name]).reshape(-1)
-            now[f] = final[name]
-        hit = [f for f in fields if now[f].tobytes() != rec.operands[f].tobytes()]
-        if hit:
-            stale += [f"op {rec.index} {rec.op.kind.value} {f}" for f in hit]
-            substituted[rec.index] = {**rec.operands, **now}
-    return stale, substituted
 
 
 def _value_operand_kinds() -> str:
@@ -92,9 +61,7 @@ def final_storage_control(ex: Execution, compare: Comparison | None = None, *,
     if reverse is REVERSE:  # the same sweep, made once per execution (acceptance asks too)
         g_bad = ex.hazard_gradient
     else:
-        substituted = _final_storage(ex)[1]
-        g_bad = reverse_sweep(ex, reverse,
-                              operands=lambda rec: substituted.get(rec.index, rec.operands))
+        g_bad = reverse_sweep(ex, reverse, operands=final_storage_operands(ex))
     where = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
     if np.array_equal(g_bad, g_ref, equal_nan=True):
         # The stale values feed no contribution that reaches an input (a zero adjoint,

@@ -9,6 +9,7 @@ implicitly: :func:`to_host` is the one explicit transfer back (``.get()``).
 
 from __future__ import annotations
 
+import itertools
 import sys
 from types import ModuleType
 from typing import Any
@@ -112,19 +113,28 @@ def unique_ints(a: Any) -> Any:
 def as_slice(ids: np.ndarray) -> slice | np.ndarray:
     """``ids`` as the slice it equals when they are consecutive ascending integers (then
     indexing reads a view and assigns without a scatter), else ``ids`` itself."""
-    return as_slices(ids, ((0, ids.size),))[0]
+    return as_slices(ids, (0, ids.size))[0]
 
 
-def as_slices(ids: np.ndarray, parts) -> list[slice | np.ndarray]:
-    """:func:`as_slice` of each part ``ids[start:end]`` for (start, end) in ``parts``,
-    with one array operation for all of them."""
-    unit = ids[1:] - ids[:-1] == 1  # id i + 1 follows id i
+def as_slices(ids: np.ndarray, bounds) -> list[slice | np.ndarray]:
+    """:func:`as_slice` of each part ``ids[bounds[i]:bounds[i + 1]]``, decided with a
+    few array operations for all parts at once (no per-part array operation)."""
+    bounds = list(bounds)
+    if ids.size == 0:
+        return [ids[a:b] for a, b in itertools.pairwise(bounds)]
+    # breaks[i]: how many steps among ids[0..i] are not +1; a part is consecutive iff
+    # no such step lies inside it
+    breaks = np.zeros(ids.size, np.int64)
+    np.cumsum(ids[1:] - ids[:-1] != 1, out=breaks[1:])
+    edges = np.asarray(bounds, np.int64)
+    first = np.minimum(edges[:-1], ids.size - 1)  # (clipped where a part is empty)
+    last = np.maximum(edges[1:] - 1, 0)
+    firsts, lasts = ids[first].tolist(), ids[last].tolist()
+    runs = (breaks[last] == breaks[first]).tolist()
     out: list[slice | np.ndarray] = []
-    for start, end in parts:
-        n = end - start
-        first = int(ids[start]) if n else 0
-        if n and int(ids[end - 1]) - first == n - 1 and unit[start:end - 1].all():
-            out.append(slice(first, first + n))
+    for a, b, first, last, run in zip(bounds, bounds[1:], firsts, lasts, runs):
+        if b > a and run and last - first == b - a - 1:
+            out.append(slice(first, first + b - a))
         else:
-            out.append(ids[start:end])
+            out.append(ids[a:b])
     return out

@@ -467,10 +467,9 @@ def program_to_dict(program: Program) -> dict:
             val = getattr(op, c.name)
             d[c.name] = int(val) if c.kind == "int" else float(val)
         ops.append(d)
-    init = []
-    for e in program.init:
-        is_int = views[e.view].dtype in INT_DTYPES
-        init.append({"view": e.view, "values": [int(x) if is_int else float(x) for x in e.values]})
+    init = [{"view": e.view,
+             "values": list(map(int if views[e.view].dtype in INT_DTYPES else float, e.values))}
+            for e in program.init]
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -486,7 +485,7 @@ def program_to_dict(program: Program) -> dict:
         "ops": ops,
         "segments": list(program.segments),
         "inputs": list(program.inputs),
-        "loss": {"view": program.loss.view, "weights": [float(w) for w in program.loss.weights]},
+        "loss": {"view": program.loss.view, "weights": list(map(float, program.loss.weights))},
     }
 
 

@@ -217,11 +217,12 @@ def op_values(program: Program, k: int, operands: Operands, draws: Any = None) -
                     written_positions(op, flat, dst.size))
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
+class _Step(NamedTuple):
     """What executing one op needs that does not depend on values, derived once per
     program (``op_steps``): the rule key, the destination's layout, dtype and element
-    count, the layouts it reads, and (float ops) the sources whose versions it reads."""
+    count, the layouts it reads, and (float ops) the sources whose versions it reads.
+    (A NamedTuple: one is built per op of every program run, and a frozen dataclass's
+    ``__init__`` costs several times a tuple's.)"""
 
     op: Op
     kind: OpKind
@@ -242,7 +243,7 @@ def op_steps(program: Program) -> tuple[_Step, ...]:
         out = []
         for op in program.ops:
             spec, dst = op.spec, lay[op.dst]
-            reads = tuple((f, lay[getattr(op, f)]) for f in spec.reads)
+            reads = tuple([(f, lay[getattr(op, f)]) for f in spec.reads])
             sources = reads[: len(spec.sources)] if dst.view.is_float else ()
             out.append(_Step(op, op.kind, dst, dst.dtype, dst.size, reads,
                              spec.draws is not None, sources,
@@ -424,10 +425,17 @@ def extent_tags(program: Program) -> dict[str, ExtentTags]:
     """
     tags = program.derived.get("extent_tags")
     if tags is None:
+        # every view's tags with one array operation, then each view's slice of them
+        los = list(layouts(program).values())
+        sizes = [lo.size for lo in los]
+        raw = (np.concatenate([lo.starts for lo in los]) * 4
+               + np.repeat([DTYPE_CODE[lo.view.dtype] + 1 for lo in los], sizes)).tobytes()
+        col = np.frombuffer(raw, np.int64).reshape(-1, 1)
         tags = program.derived["extent_tags"] = {}
-        for name, lay in layouts(program).items():
-            raw = (lay.starts * 4 + (DTYPE_CODE[lay.view.dtype] + 1)).tobytes()
-            tags[name] = ExtentTags(np.frombuffer(raw, np.int64).reshape(-1, 1), raw)
+        at = 0
+        for lo, n in zip(los, sizes):
+            tags[lo.view.name] = ExtentTags(col[at:at + n], raw[8 * at:8 * (at + n)])
+            at += n
     return tags
 
 

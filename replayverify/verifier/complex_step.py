@@ -105,16 +105,16 @@ def _derive_plan(program: Program) -> _Plan:
     words = np.concatenate([lo.starts for lo in los]) // WORD  # every view's, at once
     bounds = list(itertools.accumulate((lo.size for lo in los), initial=0))
     views = {lo.view.name: _Words(lo.view.buffer, lo.size, words[a:b], rows)
-             for lo, (a, b), rows in zip(los, itertools.pairwise(bounds),
-                                         as_slices(words, itertools.pairwise(bounds)))}
-    steps = tuple(
-        _ComplexStep(op, views[op.dst], lay[op.dst].dtype, lay[op.dst].view.is_float,
-                     tuple((f, views[getattr(op, f)]) for f in op.spec.sources))
-        for op in program.ops)
+             for lo, a, b, rows in zip(los, bounds, bounds[1:], as_slices(words, bounds))}
+    steps = []
+    for op in program.ops:
+        dst = lay[op.dst]
+        steps.append(_ComplexStep(op, views[op.dst], dst.dtype, dst.view.is_float,
+                                  tuple((f, views[getattr(op, f)]) for f in op.spec.sources)))
     inputs = tuple(views[name] for name in program.inputs)
     loss = program.loss.view
     return _Plan({b.name: -(-b.nbytes // WORD) for b in program.buffers},
-                 sum(v.size for v in inputs), inputs, steps, views[loss],
+                 sum(v.size for v in inputs), inputs, tuple(steps), views[loss],
                  lay[loss].view.is_float, np.asarray(program.loss.weights, dtype=np.float64))
 
 

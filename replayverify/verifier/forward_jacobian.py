@@ -53,7 +53,8 @@ def coefs_of(op: Op, dtype: np.dtype) -> dict[str, float]:
     """Every coefficient of ``op`` converted to the view's dtype first (SPEC §2), then to
     float64: what the tangent rules multiply by (derived once per program). A float64
     coefficient beyond float32's range becomes inf (callers run under ``quiet``)."""
-    return {c.name: float(op.coef_as(c.name, dtype)) for c in op.spec.coefs}
+    to = dtype.type  # (``op.coef_as`` spelled out: one call per coefficient, not two)
+    return {c.name: float(to(getattr(op, c.name))) for c in op.spec.coefs}
 
 
 # ---------------------------------------------------------------- tangent rules
@@ -209,7 +210,7 @@ def _derive_plan(program: Program) -> _Plan:
     uniq = unique_ints(keys)
     ids = np.searchsorted(uniq, keys)
     bounds = list(itertools.accumulate(sizes, initial=0))  # each float view's first element
-    rows = as_slices(ids, itertools.pairwise(bounds))
+    rows = as_slices(ids, bounds)
     own2 = np.repeat(ids, 2).reshape(-1, 2)  # the tags of an element's two words if wide
     # every view's elements' first two words (the second is used by 8-byte elements)
     words2 = (np.concatenate([lo.starts for lo in los]) // WORD)[:, None] + np.arange(2)
@@ -231,16 +232,18 @@ def _derive_plan(program: Program) -> _Plan:
                                 CONST_TAGS * (2 * n if wide else n))
         at += n
 
+    f64 = {lo.view.name: lo.dtype.char == "d" for lo in los}
     steps = []
     for op in program.ops:
         dst = lay[op.dst]
         if not dst.view.is_float:  # an integer write: only its words matter
             steps.append(_TangentStep(op, views[op.dst], False, (), False, {}))
             continue
-        names = [getattr(op, f) for f in op.spec.sources]
+        fields = op.spec.sources
+        names = [getattr(op, f) for f in fields]
         steps.append(_TangentStep(
-            op, views[op.dst], True, tuple(zip(op.spec.sources, [views[n] for n in names])),
-            any(lay[n].dtype.char != "d" for n in names), coefs_of(op, dst.dtype)))
+            op, views[op.dst], True, tuple(zip(fields, [views[n] for n in names])),
+            not all([f64[n] for n in names]), coefs_of(op, dst.dtype)))
     inputs = tuple(views[name] for name in program.inputs)
     loss = program.loss.view
     return _Plan(Addresses(int(uniq.size), of_view), sum(t.size for t in inputs), inputs,

@@ -59,6 +59,11 @@ def counter_words(value: int) -> tuple[int, int, int, int]:
 
 def counter_blocks(counter: int, n: int) -> np.ndarray:
     """Counters ``counter + j`` for j in 0..n-1 (mod 2^128) as an (n, 4) uint64 word array."""
+    if (counter & MASK32) + n <= MASK32 + 1:  # word 0 never carries: only it counts up
+        out = np.empty((n, 4), dtype=np.uint64)
+        out[:] = counter_words(counter)
+        out[:, 0] += np.arange(n, dtype=np.uint64)
+        return out
     j = np.arange(n, dtype=np.uint64)
     lo = np.uint64(counter & MASK64) + j  # wraps mod 2^64
     carry = (lo < j).astype(np.uint64)
@@ -119,8 +124,11 @@ def words(state: RngState, n: int) -> np.ndarray:
 def uniforms(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(u1, u2) in [0, 1) float64: u1 from (w1<<32 | w0) >> 11, u2 from (w3<<32 | w2) >> 11."""
     s11 = np.uint64(11)
-    s32 = np.uint64(32)
     scale = 2.0**-53
+    if sys.byteorder == "little":  # (w1<<32 | w0, w3<<32 | w2) is a u64 view of the u32 words
+        u = (w.astype(np.uint32).view(np.uint64) >> s11).astype(np.float64) * scale
+        return u[:, 0], u[:, 1]
+    s32 = np.uint64(32)
     u1 = (((w[:, 1] << s32) | w[:, 0]) >> s11).astype(np.float64) * scale
     u2 = (((w[:, 3] << s32) | w[:, 2]) >> s11).astype(np.float64) * scale
     return u1, u2

@@ -15,7 +15,7 @@ import numpy as np
 
 from replayverify.engines.base import Engine
 from replayverify.programs.errstate import quiet
-from replayverify.programs.interpreter import Execution, execute
+from replayverify.programs.interpreter import Execution, execute, op_steps
 from replayverify.programs.model import Program
 from replayverify.programs.state import layouts
 from replayverify.verifier.bytes_check import check_bytes
@@ -85,8 +85,10 @@ def _reference_sizes(program: Program) -> tuple[int, int, int, list[tuple[int, i
     """Input coordinates, the largest input, the loss's elements and, per float op, its
     sources' and its destination's elements: what both references' estimates count."""
     lay = layouts(program)
-    float_ops = [(sum(lay[getattr(op, f)].size for f in op.spec.sources), lay[op.dst].size)
-                 for op in program.ops if lay[op.dst].view.is_float]
+    # (the interpreter's op steps, derived once: a float op's ``sources`` are its
+    # value sources' layouts)
+    float_ops = [(sum([lo.size for _, lo in step.sources]), step.size)
+                 for step in op_steps(program) if step.dst.view.is_float]
     return (sum(lay[name].size for name in program.inputs),
             max((lay[name].size for name in program.inputs), default=0),
             lay[program.loss.view].size, float_ops)

@@ -455,17 +455,21 @@ def load_program(
     return program_from_dict(doc, max_bytes=max_bytes)
 
 
+# Per op kind, its document fields in order: (field, conversion) for the views (None: the
+# name as is) and then the coefficients (int or float); a table read from OP_SPECS.
+_OP_FIELDS = {kind: tuple([(f, None) for f in spec.view_fields]
+                          + [(c.name, int if c.kind == "int" else float) for c in spec.coefs])
+              for kind, spec in OP_SPECS.items()}
+
+
 def program_to_dict(program: Program) -> dict:
     """The canonical document: every default filled in (SPEC §6)."""
     views = {v.name: v for v in program.views}
     ops = []
     for op in program.ops:
         d: dict[str, Any] = {"op": op.kind.value}
-        for f in op.spec.view_fields:
-            d[f] = getattr(op, f)
-        for c in op.spec.coefs:
-            val = getattr(op, c.name)
-            d[c.name] = int(val) if c.kind == "int" else float(val)
+        for f, to in _OP_FIELDS[op.kind]:
+            d[f] = getattr(op, f) if to is None else to(getattr(op, f))
         ops.append(d)
     init = [{"view": e.view,
              "values": list(map(int if views[e.view].dtype in INT_DTYPES else float, e.values))}

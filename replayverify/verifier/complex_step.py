@@ -110,7 +110,7 @@ def _derive_plan(program: Program) -> _Plan:
     for op in program.ops:
         dst = lay[op.dst]
         steps.append(_ComplexStep(op, views[op.dst], dst.dtype, dst.view.is_float,
-                                  tuple((f, views[getattr(op, f)]) for f in op.spec.sources)))
+                                  tuple([(f, views[getattr(op, f)]) for f in op.spec.sources])))
     inputs = tuple(views[name] for name in program.inputs)
     loss = program.loss.view
     return _Plan({b.name: -(-b.nbytes // WORD) for b in program.buffers},

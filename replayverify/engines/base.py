@@ -141,10 +141,7 @@ class RunPlan:
 def run_plan(program: Program) -> RunPlan:
     """The engines' plan of ``program``: derived once and carried by the program (in
     ``Program.derived``, like its layouts), shared by every engine that runs it."""
-    plan = program.derived.get("engine_plan")
-    if plan is None:
-        plan = program.derived["engine_plan"] = _make_plan(program)
-    return plan
+    return program.carried("engine_plan", _make_plan)
 
 
 def _make_plan(program: Program) -> RunPlan:

@@ -112,9 +112,7 @@ class ReadSetPlan(NamedTuple):
 
 def readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
     """The :class:`ReadSetPlan` of op ``k`` retaining ``fields``, carried by the program."""
-    plans = tape.program.derived.get("readset_plans")
-    if plans is None:
-        plans = tape.program.derived["readset_plans"] = {}
+    plans = tape.program.carried("readset_plans", lambda p: {})
     plan = plans.get((k, fields))
     if plan is None:
         plan = plans[(k, fields)] = _readset_plan(tape, k, fields)
@@ -308,11 +306,8 @@ class Region(Strategy):
 
     def journal_plan(self, tape: Tape) -> tuple[JournalOp, ...]:
         """Per op, its :class:`JournalOp`: carried by the program, like its run plan."""
-        key = ("journal_plan", self.granularity, tape.xp.__name__)
-        plan = tape.program.derived.get(key)
-        if plan is None:
-            plan = tape.program.derived[key] = self._journal_plan(tape)
-        return plan
+        return tape.program.carried(("journal_plan", self.granularity, tape.xp.__name__),
+                                    lambda p: self._journal_plan(tape))
 
     def _journal_plan(self, tape: Tape) -> tuple[JournalOp, ...]:
         sizes = {b.name: b.nbytes for b in tape.program.buffers}

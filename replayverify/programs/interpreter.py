@@ -161,14 +161,15 @@ def draw(op: Op, rng: RngState, n: int, dtype: np.dtype, xp: ModuleType = np,
 def philox_blocks(program: Program) -> Blocks:
     """The program's shared Philox blocks (carried by the program, like its layouts),
     computed a program's draws at a time."""
-    blocks = program.derived.get("blocks")
-    if blocks is None:
-        n = sum(step.size for step in op_steps(program) if step.draws)
-        # A check also draws just past the program's blocks (control:wrong-rng replays a
-        # segment from the final state R_T). One evaluation costs ~50 us plus ~0.2 us per
-        # block, so while the draws are few, twice as many blocks serve that replay too.
-        blocks = program.derived["blocks"] = Blocks(2 * n if n <= FEW_DRAWS else n)
-    return blocks
+    return program.carried("blocks", _blocks)
+
+
+def _blocks(program: Program) -> Blocks:
+    n = sum(step.size for step in op_steps(program) if step.draws)
+    # A check also draws just past the program's blocks (control:wrong-rng replays a
+    # segment from the final state R_T). One evaluation costs ~50 us plus ~0.2 us per
+    # block, so while the draws are few, twice as many blocks serve that replay too.
+    return Blocks(2 * n if n <= FEW_DRAWS else n)
 
 
 FEW_DRAWS = 256  # up to this many blocks, a Philox evaluation costs about its overhead
@@ -238,19 +239,19 @@ class _Step:
 
 def op_steps(program: Program) -> tuple[_Step, ...]:
     """Per op, its layouts and rule key: derived once and carried by the program."""
-    steps = program.derived.get("steps")
-    if steps is None:
-        lay = layouts(program)
-        out = []
-        for op in program.ops:
-            spec, dst = op.spec, lay[op.dst]
-            reads = tuple([(f, lay[getattr(op, f)]) for f in spec.reads])
-            sources = reads[: len(spec.sources)] if dst.view.is_float else ()
-            out.append(_Step(op, op.kind, dst, dst.dtype, dst.size, reads,
-                             spec.draws is not None, sources,
-                             len(dst.view.shape) == 1))
-        steps = program.derived["steps"] = tuple(out)
-    return steps
+    return program.carried("steps", _derive_steps)
+
+
+def _derive_steps(program: Program) -> tuple[_Step, ...]:
+    lay = layouts(program)
+    out = []
+    for op in program.ops:
+        spec, dst = op.spec, lay[op.dst]
+        reads = tuple([(f, lay[getattr(op, f)]) for f in spec.reads])
+        sources = reads[: len(spec.sources)] if dst.view.is_float else ()
+        out.append(_Step(op, op.kind, dst, dst.dtype, dst.size, reads,
+                         spec.draws is not None, sources, len(dst.view.shape) == 1))
+    return tuple(out)
 
 
 def execute_op(
@@ -424,19 +425,20 @@ def extent_tags(program: Program) -> dict[str, ExtentTags]:
     element extent (same first byte, same dtype, hence the same bytes); 0 is kept for
     "never written". Derived once per program.
     """
-    tags = program.derived.get("extent_tags")
-    if tags is None:
-        # every view's tags with one array operation, then each view's slice of them
-        los = list(layouts(program).values())
-        sizes = [lo.size for lo in los]
-        raw = (np.concatenate([lo.starts for lo in los]) * 4
-               + np.repeat([DTYPE_CODE[lo.view.dtype] + 1 for lo in los], sizes)).tobytes()
-        col = np.frombuffer(raw, np.int64).reshape(-1, 1)
-        tags = program.derived["extent_tags"] = {}
-        at = 0
-        for lo, n in zip(los, sizes):
-            tags[lo.view.name] = ExtentTags(col[at:at + n], raw[8 * at:8 * (at + n)])
-            at += n
+    return program.carried("extent_tags", _extent_tags)
+
+
+def _extent_tags(program: Program) -> dict[str, ExtentTags]:
+    # every view's tags with one array operation, then each view's slice of them
+    los = list(layouts(program).values())
+    sizes = [lo.size for lo in los]
+    raw = (np.concatenate([lo.starts for lo in los]) * 4
+           + np.repeat([DTYPE_CODE[lo.view.dtype] + 1 for lo in los], sizes)).tobytes()
+    col = np.frombuffer(raw, np.int64).reshape(-1, 1)
+    tags, at = {}, 0
+    for lo, n in zip(los, sizes):
+        tags[lo.view.name] = ExtentTags(col[at:at + n], raw[8 * at:8 * (at + n)])
+        at += n
     return tags
 
 

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from replayverify.untrusted import InputError
+
+T = TypeVar("T")
 
 FORMAT = "replayverify.program"
 VERSION = 1
@@ -279,6 +282,14 @@ class Program:
     derived: dict[str, Any] = field(init=False, default_factory=dict, compare=False,
                                     repr=False)
 
+    def carried(self, key: Any, make: Callable[[Program], T]) -> T:
+        """``make(self)``, computed on first use and carried in ``derived`` under ``key``:
+        the one way every layer derives per-program data once (layouts, op steps, plans)."""
+        value = self.derived.get(key)
+        if value is None:
+            value = self.derived[key] = make(self)
+        return value
+
     def view(self, name: str) -> View:
         for v in self.views:
             if v.name == name:
@@ -316,9 +327,6 @@ class Program:
     @property
     def sha256(self) -> str:
         """SHA-256 of the canonical JSON, computed once per program object."""
-        sha = self.derived.get("sha256")
-        if sha is None:
-            from replayverify.programs.format import program_sha256
+        from replayverify.programs.format import program_sha256
 
-            sha = self.derived["sha256"] = program_sha256(self)
-        return sha
+        return self.carried("sha256", program_sha256)

@@ -96,10 +96,7 @@ def layouts(program: Program) -> dict[str, ViewLayout]:
     """Layouts of every view of a (validated) program: computed once, on first use, and
     carried by the program itself (``Program.derived``), so every layer that runs it
     (interpreter, checkers, engines) shares them."""
-    lay = program.derived.get("layouts")
-    if lay is None:
-        lay = program.derived["layouts"] = _compute_layouts(program)
-    return lay
+    return program.carried("layouts", _compute_layouts)
 
 
 def _compute_layouts(program: Program) -> dict[str, ViewLayout]:

@@ -24,7 +24,4 @@ def float_dtype(program: Program) -> str:
 
 def program_tolerance(program: Program, g_ref: np.ndarray) -> float:
     """The tolerance for ``program``'s gradients (its float dtype found once per program)."""
-    dtype = program.derived.get("float_dtype")
-    if dtype is None:
-        dtype = program.derived["float_dtype"] = float_dtype(program)
-    return tolerance(dtype, len(program.ops), g_ref)
+    return tolerance(program.carried("float_dtype", float_dtype), len(program.ops), g_ref)

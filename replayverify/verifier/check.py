@@ -56,18 +56,13 @@ def reference_bytes(program: Program, check: str) -> tuple[int, int]:
     destination), the inputs' seeds or the loss's tangents and weighted product. Each of
     those is (elements x coordinates) in the reference's precision.
     """
-    key = ("reference_bytes", str(check))
-    hit = program.derived.get(key)
-    if hit is None:
-        hit = program.derived[key] = _reference_bytes(program, check)
-    return hit
+    return program.carried(("reference_bytes", str(check)),
+                           lambda p: _reference_bytes(p, check))
 
 
 def _reference_bytes(program: Program, check: str) -> tuple[int, int]:
-    sizes = program.derived.get("reference_sizes")
-    if sizes is None:  # the same for both references: derived once
-        sizes = program.derived["reference_sizes"] = _reference_sizes(program)
-    coords, inputs_max, loss, float_ops = sizes
+    # the same for both references: derived once
+    coords, inputs_max, loss, float_ops = program.carried("reference_sizes", _reference_sizes)
     if check == Check.FORWARD_JACOBIAN:
         item = np.dtype(PRECISION).itemsize
         shadow = addresses(program).count * coords * item

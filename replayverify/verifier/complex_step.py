@@ -93,10 +93,7 @@ class _Plan:
 def _plan(program: Program) -> _Plan:
     """The complex step's word indices and op steps: derived once and carried by the
     program, so that a check only propagates values."""
-    plan = program.derived.get("complex_plan")
-    if plan is None:
-        plan = program.derived["complex_plan"] = _derive_plan(program)
-    return plan
+    return program.carried("complex_plan", _derive_plan)
 
 
 def _derive_plan(program: Program) -> _Plan:

@@ -186,10 +186,7 @@ class _Plan:
 def _plan(program: Program) -> _Plan:
     """The forward Jacobian's addresses, view tags and op steps: derived once and carried
     by the program, so that a check only propagates values and tangents."""
-    plan = program.derived.get("tangent_plan")
-    if plan is None:
-        plan = program.derived["tangent_plan"] = _derive_plan(program)
-    return plan
+    return program.carried("tangent_plan", _derive_plan)
 
 
 @quiet  # (coefficients converted to float32 may overflow to inf: a legal value)

@@ -315,11 +315,7 @@ class Region(Strategy):
         for op in tape.plans:
             dst = op.dst
             g = self.granularity or dst.dtype.itemsize
-            if g == dst.dtype.itemsize:  # elements start at multiples of their size: the
-                # regions are the elements, their bytes the view's byte index
-                idx, regions = dst.index(tape.xp), dst.size
-            else:
-                idx, regions = dst.regions(g, sizes[dst.view.buffer], tape.xp)
+            idx, regions = dst.regions(g, sizes[dst.view.buffer], tape.xp)
             out.append(JournalOp(dst.view.buffer, idx, regions,
                                  2 * int(idx.size) + INDEX_BYTES * regions, g))
         return tuple(out)

@@ -17,6 +17,7 @@ and, on complex128, by the complex step); its reverse rule in :data:`REVERSE`; s
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -590,30 +591,28 @@ class Execution:
     def final(self) -> Snapshot:
         return self.state.snapshot()
 
-    @property
+    @functools.cached_property
     def gradient(self) -> np.ndarray | None:
-        """dL/d(inputs) by the reverse sweep, or None when admission refused it."""
-        if not self.admission.supported:
-            return None
-        if not hasattr(self, "_gradient"):
-            self._gradient = reverse_sweep(self)
-        return self._gradient
+        """dL/d(inputs) by the reverse sweep (swept once), or None when admission refused it."""
+        return reverse_sweep(self) if self.admission.supported else None
 
-    @property
+    @functools.cached_property
     def stale(self) -> list[tuple[int, str]]:
         """:func:`stale_reads`, found once: the generator's acceptance, the suite's
         statistics and the final-storage control each ask."""
-        if not hasattr(self, "_stale"):
-            self._stale = stale_reads(self)
-        return self._stale
+        return stale_reads(self)
 
-    @property
+    @functools.cached_property
     def hazard_gradient(self) -> np.ndarray:
         """:func:`hazard_gradient`, swept once: the generator's acceptance and the
         final-storage control both judge it."""
-        if not hasattr(self, "_hazard_gradient"):
-            self._hazard_gradient = reverse_sweep(self, operands=final_storage_operands(self))
-        return self._hazard_gradient
+        return reverse_sweep(self, operands=final_storage_operands(self))
+
+    @functools.cached_property
+    def final_views(self) -> dict[str, np.ndarray]:
+        """Views read from the final state, flat and read-only, by name (filled by
+        :func:`final_storage_operands` as it reads them: the final state does not change)."""
+        return {}
 
 
 def given_draws(program: Program, draws: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
@@ -742,9 +741,7 @@ def final_storage_operands(ex: Execution) -> Callable[[OpValues], Operands]:
     each op's value operands (``OpSpec.value_operands``) read from the final state (each
     view read once per execution: the final state does not change)."""
     lay = layouts(ex.program)
-    final = getattr(ex, "_final_reads", None)
-    if final is None:
-        final = ex._final_reads = {}
+    final = ex.final_views
 
     def read(name: str) -> np.ndarray:
         hit = final.get(name)

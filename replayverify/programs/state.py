@@ -68,13 +68,12 @@ class ViewLayout:
         """Byte indices of the aligned ``granularity``-byte regions holding the view's
         bytes (clipped to a buffer of ``nbytes``) and the region count: what a region
         journal saves for a write of the whole view. Derived once per granularity."""
+        if granularity == self.dtype.itemsize:  # elements start at multiples of their size:
+            return self.index(xp), self.size  # the regions are the elements, in order
         key = (xp.__name__, "regions", granularity, nbytes)
         hit = self._on.get(key)
         if hit is None:
-            if granularity == self.dtype.itemsize:  # elements start at multiples of their
-                ids = np.sort(self.starts) // granularity  # size: one region each, distinct
-            else:
-                ids = unique_ints(self.byte_index // granularity)
+            ids = unique_ints(self.byte_index // granularity)
             idx = (ids[:, None] * granularity + np.arange(granularity, dtype=np.int64))
             idx = idx.reshape(-1)
             idx = idx[idx < nbytes]

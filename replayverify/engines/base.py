@@ -380,7 +380,6 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
     What op ``k`` wrote follows from the *recovered* operands (a wrong recovered index
     misplaces the adjoints, as it would in a real engine)."""
     xp = tape.xp
-    on_np = xp is np
     for j in reversed(range(len(ops))):
         k, rec = first + j, ops[j]
         plan = tape.plans[k]
@@ -388,16 +387,11 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
         a = adj[dst.view.buffer]
         # only float writes carry derivatives: an integer op's written slots are just cleared
         rule = REVERSE[plan.op.kind] if plan.float_write else None
-        if plan.partial:
-            where = written_positions(plan.op, rec.operands, dst.size)
-            if rule is not None:
-                g = a[dst.starts_in(xp)[where]]
-            a[dst.bytes_of(where, xp)] = 0.0
-        else:
-            where = None
-            if rule is not None:
-                g = a[dst.starts if on_np else dst.starts_in(xp)]
-            a[dst.byte_index if on_np else dst.index(xp)] = 0.0
+        where = written_positions(plan.op, rec.operands, dst.size) if plan.partial else None
+        if rule is not None:
+            starts = dst.starts_in(xp)
+            g = a[starts if where is None else starts[where]]
+        a[dst.bytes_of(where, xp)] = 0.0
         if rule is None or g.size == 0:
             continue
         if rec.where is not where or rec.op is not plan.op:  # the rule sees op k of this
@@ -405,7 +399,7 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
             rec = OpValues(k, plan.op, dst.dtype, dst.size, rec.operands, rec.draws, where)
         for f, c in rule(rec, g).items():
             src = plan.sources[f]
-            if on_np:  # a view's elements never overlap: its starts are distinct slots
+            if xp is np:  # a view's elements never overlap: its starts are distinct slots
                 adj[src.view.buffer][src.starts] += c
             else:
                 scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)

@@ -694,10 +694,15 @@ def execute(program: Program, *, record_boundaries: bool = True,
                      loss_of(program, state), admission, store.n, boundaries)
 
 
-def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray) -> None:
-    """adj[vids] += contrib, skipping CONST and BAD reads. The versions read through one
-    view are distinct (a version is one element's extent, and a view's elements never
-    share a byte), so an indexed ``+=`` adds each contribution once: no ``np.add.at``."""
+def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray,
+                complete: bool = False) -> None:
+    """adj[vids] += contrib, skipping CONST and BAD reads (``complete``: the caller knows
+    there are none). The versions read through one view are distinct (a version is one
+    element's extent, and a view's elements never share a byte), so an indexed ``+=``
+    adds each contribution once: no ``np.add.at``."""
+    if complete:
+        adj[vids] += contrib
+        return
     mask = vids >= 0
     if mask.all():  # no constants read: no masked copies
         adj[vids] += contrib
@@ -729,10 +734,7 @@ def reverse_sweep(ex: Execution, reverse: Mapping[OpKind, ReverseRule | None] = 
         if operands is not None:
             rec = rec._replace(operands=operands(rec))
         for f, contrib in rule(rec, g).items():
-            if f in ver.complete:  # no CONST or BAD to skip
-                adj[ver.reads[f]] += contrib
-            else:
-                _accumulate(adj, ver.reads[f], contrib)
+            _accumulate(adj, ver.reads[f], contrib, f in ver.complete)
     return adj[ex.input_vids].astype(np.float64)
 
 

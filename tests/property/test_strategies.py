@@ -3,6 +3,8 @@ well, and what a user writes with them (every engine; their own engine) stays cl
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
@@ -17,6 +19,7 @@ from replayverify.programs import (
     OpKind,
     Program,
     View,
+    canonical_json,
     execute,
     load_program,
     program_sha256,
@@ -52,6 +55,9 @@ def test_generated_programs_round_trip_through_json(program):
     assert load_program(program_to_dict(program)) == program
     assert load_program(program.to_json()) == program
     assert program_sha256(load_program(program.to_json())) == program.sha256
+    # the canonical JSON, written field by field, is json.dumps of the canonical document
+    assert canonical_json(program) == json.dumps(program_to_dict(program), sort_keys=True,
+                                                 separators=(",", ":"), allow_nan=False)
 
 
 ARGUMENTS = [

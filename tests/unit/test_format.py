@@ -1,8 +1,10 @@
 """Loading, validation (one malformed program per rule), canonical JSON and sha256."""
 
 import copy
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from replayverify.programs import (
@@ -14,6 +16,7 @@ from replayverify.programs import (
     program_to_dict,
     save_program,
 )
+from replayverify.programs.model import Init, Loss
 
 BASE = {
     "format": "replayverify.program", "version": 1, "name": "base",
@@ -199,3 +202,66 @@ def test_sha256_names_the_canonical_document():
 
     p = load_program(BASE)
     assert p.sha256 == hashlib.sha256(canonical_json(p).encode()).hexdigest()
+
+
+def _definition(p):
+    """canonical_json's definition: json.dumps of the canonical document (SPEC §6)."""
+    return json.dumps(program_to_dict(p), sort_keys=True, separators=(",", ":"),
+                      allow_nan=False)
+
+
+def _outcome(fn, p):
+    try:
+        return fn(p)
+    except Exception as exc:
+        return type(exc).__name__
+
+
+@pytest.mark.parametrize("family", ["default", "derivative", "bytes", "alias", "complex",
+                                    "mixed", "hazard"])
+def test_canonical_json_is_the_canonical_document_dumped(family):
+    for i in range(20):
+        p = generate(5, i, family)
+        assert canonical_json(p) == _definition(p)
+
+
+def _renamed(p, old, new):
+    def name(n):
+        return new if n == old else n
+
+    return dataclasses.replace(
+        p, views=tuple(dataclasses.replace(v, name=name(v.name)) for v in p.views),
+        ops=tuple(dataclasses.replace(o, **{f: name(getattr(o, f)) for f in o.spec.view_fields})
+                  for o in p.ops),
+        init=tuple(dataclasses.replace(e, view=name(e.view)) for e in p.init),
+        loss=dataclasses.replace(p.loss, view=name(p.loss.view)),
+        inputs=tuple(map(name, p.inputs)))
+
+
+def _with_op(p, k, **fields):
+    ops = list(p.ops)
+    ops[k] = dataclasses.replace(ops[k], **fields)
+    return dataclasses.replace(p, ops=tuple(ops))
+
+
+def test_canonical_json_matches_its_definition_on_odd_fields():
+    """Escaped and non-ASCII names, names holding "nan" or "%", numbers of other types
+    (converted as program_to_dict converts them), and fields json.dumps refuses or writes
+    otherwise (non-finite numbers, numpy integers, bools, None): the same text, or the
+    same exception, as json.dumps of the canonical document."""
+    p = load_program(BASE)
+    k = 0  # the tanh op
+    odd = [_renamed(p, "x", name) for name in ['é"\\\n%s%r', "info", "nan", "x\u2028", "😀"]]
+    odd += [dataclasses.replace(p, name=name) for name in ["%%", "inf", None, 3]]
+    odd += [_with_op(p, k, a=a) for a in [2, True, np.float32(0.1), -0.0, 1e300, "1.5",
+                                          float("inf"), float("nan"), None]]
+    odd += [_with_op(p, k, x=None),
+            dataclasses.replace(p, segments=(True, 1)),
+            dataclasses.replace(p, segments=(np.int64(1), 1)),
+            dataclasses.replace(p, loss=Loss("y", (np.float32(1), 1, 1, float("inf")))),
+            dataclasses.replace(p, loss=Loss("y", (np.float32(1), 1, 1, 2))),
+            dataclasses.replace(p, init=(Init("nosuch", (1.0,)),)),
+            dataclasses.replace(p, views=(dataclasses.replace(p.views[0], shape=[4]),
+                                          *p.views[1:]))]
+    for q in odd:
+        assert _outcome(canonical_json, q) == _outcome(_definition, q)

@@ -34,8 +34,7 @@ bytes, the gradient a NumPy array. ``xp=None`` is NumPy, the specification.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
@@ -120,7 +119,9 @@ class OpPlan(NamedTuple):
     op: Op
     dst: ViewLayout
     reads: tuple[tuple[str, ViewLayout], ...]  # (field, layout) of every view it reads
+    read_at: tuple[tuple[str, str, ViewLayout], ...]  # the same with each view's buffer
     sources: dict[str, ViewLayout]  # the same, by field (where adjoints flow back to)
+    slots: dict[str, tuple[str, np.ndarray]]  # the same as (buffer, element starts)
     read_buffers: tuple[str, ...]  # the buffers those views lie in, sorted
     read_buffers_nbytes: int  # their total size
     partial: bool  # it writes only the dst positions its index hits (scatter)
@@ -150,7 +151,9 @@ def _make_plan(program: Program) -> RunPlan:
     for step in op_steps(program):  # the interpreter's per-op layouts, derived once too
         op, dst, reads = step.op, step.dst, step.reads
         buffers = tuple(sorted({r.view.buffer for _, r in reads}))
-        ops.append(OpPlan(op, dst, reads, dict(reads), buffers,
+        ops.append(OpPlan(op, dst, reads, tuple([(f, r.view.buffer, r) for f, r in reads]),
+                          dict(reads), {f: (r.view.buffer, r.starts) for f, r in reads},
+                          buffers,
                           sum([sizes[b] for b in buffers]), op.spec.partial,
                           dst.view.is_float, step.draws))
     weights = np.asarray(program.loss.weights, dtype=np.float64)
@@ -174,7 +177,7 @@ class Recovery:
     replay: Snapshot | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Tape:
     """Everything one run retains, keyed, with per-segment byte accounting."""
 
@@ -191,14 +194,20 @@ class Tape:
 
     xp: ModuleType = np  # the array module of everything retained
 
+    # from the program's run plan
+    lay: dict[str, ViewLayout] = field(init=False, repr=False)
+    bounds: tuple[tuple[int, int], ...] = field(init=False, repr=False)
+    nbytes: int = field(init=False, repr=False)  # of all buffers together
+    plans: tuple[OpPlan, ...] = field(init=False, repr=False)  # per op, its OpPlan
+    retained: list[int] = field(init=False, repr=False)  # bytes retained per segment
+
     def __post_init__(self) -> None:
-        n = len(self.program.segments)
         self.lay = layouts(self.program)
         plan = run_plan(self.program)
         self.bounds = plan.bounds
-        self.nbytes = plan.nbytes  # of all buffers together
-        self.plans = plan.ops  # per op, its OpPlan
-        self.retained = [0] * n
+        self.nbytes = plan.nbytes
+        self.plans = plan.ops
+        self.retained = [0] * len(self.program.segments)
         self.anchored = [st.anchors for st in self.strategies]
         self.chosen = [st.name for st in self.strategies]
         # A journalling segment needs every later write journalled up to the next anchor
@@ -214,6 +223,14 @@ class Tape:
     def recovered(self, k: int, operands: Mapping[str, Any], draws: Any = None) -> OpValues:
         """The record of op ``k`` from recovered operand values and draws."""
         return op_values(self.program, k, operands, draws)
+
+    def record(self, k: int, operands: dict[str, Any], draws: Any = None) -> OpValues:
+        """:meth:`recovered` for values already flat (as :func:`gather_view` and the draws
+        give them): built from the op's plan, where it wrote derived from the operands."""
+        plan = self.plans[k]
+        dst = plan.dst
+        where = written_positions(plan.op, operands, dst.size) if plan.partial else None
+        return OpValues(k, plan.op, dst.dtype, dst.size, operands, draws, where)
 
     def keep(self, s: int, key: Any, value: Any, nbytes: int) -> None:
         """Retain ``value`` for backward, charging ``nbytes`` to segment ``s``."""
@@ -333,42 +350,71 @@ class Strategy:
             load_buffers(state, saved)
         state.rng = rng
 
-    @contextmanager
-    def transaction(self, tape: Tape, state: State, *, copy_visible: bool) -> Iterator[None]:
-        """Replay as a transaction: save what reinstating the visible state needs
-        (R always; all bytes when ``copy_visible``), run the body, reinstate."""
-        rng = state.rng
-        saved = copy_buffers(state) if copy_visible else None
-        held = RNG_BYTES + (tape.nbytes if copy_visible else 0)
-        tape.borrow(held)
-        try:
-            yield
-        finally:
-            self.reinstate(state, saved, rng)
-            tape.give_back(held)
+    def transaction(self, tape: Tape, state: State, *, copy_visible: bool) -> Transaction:
+        """Replay as a transaction (``with strategy.transaction(...):``): save what
+        reinstating the visible state needs (R always; all bytes when ``copy_visible``),
+        run the body, reinstate."""
+        return Transaction(self, tape, state, copy_visible)
+
+
+class Transaction:
+    """:meth:`Strategy.transaction`'s context: the visible R (and bytes) saved on entry
+    and reinstated on exit, whatever the body does. (A class rather than a generator
+    context manager: one is entered per replayed segment, and a generator's setup costs
+    about as much as saving the state.)"""
+
+    __slots__ = ("copy_visible", "held", "rng", "saved", "state", "strategy", "tape")
+
+    def __init__(self, strategy: Strategy, tape: Tape, state: State, copy_visible: bool):
+        self.strategy, self.tape, self.state = strategy, tape, state
+        self.copy_visible = copy_visible
+
+    def __enter__(self) -> None:
+        state, tape = self.state, self.tape
+        self.rng = state.rng
+        self.saved = copy_buffers(state) if self.copy_visible else None
+        self.held = RNG_BYTES + (tape.nbytes if self.copy_visible else 0)
+        tape.borrow(self.held)
+
+    def __exit__(self, *exc: object) -> None:
+        self.strategy.reinstate(self.state, self.saved, self.rng)
+        self.tape.give_back(self.held)
 
 
 # ---------------------------------------------------------------- the run loop
+
+
+def _hook(strategy: Strategy, name: str) -> Any:
+    """``strategy``'s bound hook ``name``, or None where it keeps :class:`Strategy`'s
+    (which does nothing): the run loop then skips the call."""
+    if getattr(type(strategy), name) is getattr(Strategy, name):
+        return None
+    return getattr(strategy, name)
 
 
 def _forward(tape: Tape, state: State) -> None:
     program = tape.program
     for s, (a, b) in enumerate(tape.bounds):
         st, owner = tape.strategies[s], tape.journal_owner[s]
-        before, after = st.before, st.after  # the segment's hooks, looked up once
+        before, after = _hook(st, "before"), _hook(st, "after")  # looked up once a segment
         st.begin(tape, s, state)
         if owner is None:
             for k in range(a, b):
-                before(tape, s, k, state)
-                after(tape, s, k, state, execute_op(program, k, state))
+                if before is not None:
+                    before(tape, s, k, state)
+                ev = execute_op(program, k, state)
+                if after is not None:
+                    after(tape, s, k, state, ev)
         else:
             journal_open, journal_close = owner.journal_open, owner.journal_close
             for k in range(a, b):
-                before(tape, s, k, state)
+                if before is not None:
+                    before(tape, s, k, state)
                 pending = journal_open(tape, k, state)
                 ev = execute_op(program, k, state)
                 journal_close(tape, s, k, state, ev, pending)
-                after(tape, s, k, state, ev)
+                if after is not None:
+                    after(tape, s, k, state, ev)
         st.end(tape, s, state)
 
 
@@ -380,29 +426,34 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
     What op ``k`` wrote follows from the *recovered* operands (a wrong recovered index
     misplaces the adjoints, as it would in a real engine)."""
     xp = tape.xp
+    plans = tape.plans
     for j in reversed(range(len(ops))):
         k, rec = first + j, ops[j]
-        plan = tape.plans[k]
-        dst = plan.dst
+        plan = plans[k]
+        op, dst = plan.op, plan.dst
         a = adj[dst.view.buffer]
+        where = written_positions(op, rec.operands, dst.size) if plan.partial else None
         # only float writes carry derivatives: an integer op's written slots are just cleared
-        rule = REVERSE[plan.op.kind] if plan.float_write else None
-        where = written_positions(plan.op, rec.operands, dst.size) if plan.partial else None
+        rule = REVERSE[op.kind] if plan.float_write else None
         if rule is not None:
-            starts = dst.starts_in(xp)
+            starts = dst.starts if xp is np else dst.starts_in(xp)
             g = a[starts if where is None else starts[where]]
-        a[dst.bytes_of(where, xp)] = 0.0
+        if where is None and xp is np:
+            a[dst.byte_index] = 0.0
+        else:
+            a[dst.bytes_of(where, xp)] = 0.0
         if rule is None or g.size == 0:
             continue
-        if rec.where is not where or rec.op is not plan.op:  # the rule sees op k of this
+        if rec.where is not where or rec.op is not op:  # the rule sees op k of this
             # program and what it wrote as derived here
-            rec = OpValues(k, plan.op, dst.dtype, dst.size, rec.operands, rec.draws, where)
+            rec = OpValues(k, op, dst.dtype, dst.size, rec.operands, rec.draws, where)
+        slots = plan.slots
         for f, c in rule(rec, g).items():
-            src = plan.sources[f]
+            buffer, at = slots[f]
             if xp is np:  # a view's elements never overlap: its starts are distinct slots
-                adj[src.view.buffer][src.starts] += c
+                adj[buffer][at] += c
             else:
-                scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
+                scatter_add(xp, adj[buffer], plan.sources[f].starts_in(xp), c)
 
 
 @quiet

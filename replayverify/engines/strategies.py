@@ -66,14 +66,18 @@ class Eager(Strategy):
 
     def recover(self, tape: Tape, s: int, state: State) -> Recovery:
         a, b = tape.bounds[s]
-        xp = tape.xp
+        xp, data, plans = tape.xp, tape.data, tape.plans
         ops = []
         for k in range(a, b):
-            saved, rng = tape.data[("eager", k)]
-            plan = tape.plans[k]
-            operands = {f: gather_view(saved, lay, xp) for f, lay in plan.reads}
+            saved, rng = data[("eager", k)]
+            plan = plans[k]
+            if xp is np:  # each operand's bytes gathered from its saved buffer, flat
+                operands = {f: saved[buf][lay.byte_index].view(lay.dtype)
+                            for f, buf, lay in plan.read_at}
+            else:
+                operands = {f: gather_view(saved, lay, xp) for f, lay in plan.reads}
             draws = redraw(tape, k, self.rng_for(tape, k, rng, state)) if plan.draws else None
-            ops.append(tape.recovered(k, operands, draws))
+            ops.append(tape.record(k, operands, draws))
         return Recovery(ops)
 
 
@@ -112,7 +116,9 @@ class ReadSetPlan(NamedTuple):
 
 def readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
     """The :class:`ReadSetPlan` of op ``k`` retaining ``fields``, carried by the program."""
-    plans = tape.program.carried("readset_plans", lambda p: {})
+    plans = tape.program.derived.get("readset_plans")
+    if plans is None:
+        plans = tape.program.carried("readset_plans", lambda p: {})
     plan = plans.get((k, fields))
     if plan is None:
         plan = plans[(k, fields)] = _readset_plan(tape, k, fields)
@@ -180,13 +186,15 @@ class ReadSet(Strategy):
         return read_fields(op)
 
     def plan(self, tape: Tape, k: int) -> ReadSetPlan:
-        return readset_plan(tape, k, tuple(self.retained_fields(tape.program.ops[k])))
+        return readset_plan(tape, k, tuple(self.retained_fields(tape.plans[k].op)))
 
     def capture(self, tape: Tape, s: int, k: int, state: State) -> None:
         plan = self.plan(tape, k)
         unions, at = plan.arrays(tape.xp)
-        kept = [state.read_flat(lay) for lay in plan.views]  # fresh copies
-        kept += [state.buffers[name][idx] for name, idx in unions]
+        read = state.read_flat
+        kept = [read(lay) for lay in plan.views]  # fresh copies
+        if unions:
+            kept += [state.buffers[name][idx] for name, idx in unions]
         rng = state.rng if tape.plans[k].draws else None
         nbytes = plan.nbytes + (RNG_BYTES if rng else 0)
         # ``at`` (where each retained operand sits in ``kept``) is the program's: not charged
@@ -197,17 +205,18 @@ class ReadSet(Strategy):
 
     def recover(self, tape: Tape, s: int, state: State) -> Recovery:
         a, b = tape.bounds[s]
+        data, plans = tape.data, tape.plans
         ops = []
         for k in range(a, b):
-            kept, rng, at = tape.data[("readset", k)]
+            kept, rng, at = data[("readset", k)]
             operands = {}
-            for f, lay in tape.plans[k].reads:
-                if f in at:  # the retained values
+            for f, lay in plans[k].reads:
+                if f in at:  # the retained values (flat)
                     part, pos = at[f]
                     operands[f] = kept[part] if pos is None else kept[part][pos].view(lay.dtype)
                 else:  # not retained: whatever the live storage holds now
-                    operands[f] = state.read(lay)
-            ops.append(tape.recovered(k, operands, redraw(tape, k, rng)))
+                    operands[f] = state.read_flat(lay)
+            ops.append(tape.record(k, operands, redraw(tape, k, rng)))
         return Recovery(ops)
 
 
@@ -239,7 +248,9 @@ class Whole(Strategy):
 
     def recorded_draws(self, tape: Tape, s: int) -> dict[int, np.ndarray] | None:
         a, b = tape.bounds[s]
-        return {k: tape.data[("draws", k)] for k in range(a, b) if ("draws", k) in tape.data}
+        data, plans = tape.data, tape.plans
+        return {k: data[("draws", k)] for k in range(a, b)
+                if plans[k].draws and ("draws", k) in data}
 
     def recover(self, tape: Tape, s: int, state: State) -> Recovery:
         with self.transaction(tape, state, copy_visible=True):
@@ -276,6 +287,8 @@ class JournalOp(NamedTuple):
     regions: int
     nbytes: int  # the entry's charge when the op writes all of them (old, new, indices)
     granularity: int
+    itemsize: int  # of the destination's elements: when it is the granularity, the
+    # regions are the elements, in element order (``ViewLayout.regions``)
 
 
 class Region(Strategy):
@@ -317,7 +330,8 @@ class Region(Strategy):
             g = self.granularity or dst.dtype.itemsize
             idx, regions = dst.regions(g, sizes[dst.view.buffer], tape.xp)
             out.append(JournalOp(dst.view.buffer, idx, regions,
-                                 2 * int(idx.size) + INDEX_BYTES * regions, g))
+                                 2 * int(idx.size) + INDEX_BYTES * regions, g,
+                                 dst.dtype.itemsize))
         return tuple(out)
 
     def journal_open(self, tape: Tape, k: int, state: State) -> Any:
@@ -336,6 +350,14 @@ class Region(Strategy):
             return
         # a scatter: keep only the regions it actually wrote
         xp, g = tape.xp, j.granularity
+        if g == j.itemsize:  # the regions are the elements: those at the (ascending,
+            # distinct) written positions, the rows ``where`` of the element-major index
+            rows = (j.regions, g)
+            idx = j.index.reshape(rows)[ev.where].reshape(-1)
+            entry = JournalEntry(j.buffer, idx, old.reshape(rows)[ev.where].reshape(-1),
+                                 buf[idx], int(ev.where.size))
+            tape.keep(s, ("journal", k), entry, entry.nbytes)
+            return
         written = unique_ints(tape.plans[k].dst.bytes_of(ev.where, xp) // g)  # ids, sorted
         ids = j.index // g
         # a region is written iff its id is the first written id at or above it
@@ -350,20 +372,23 @@ class Region(Strategy):
         if first >= stop:
             return []
         a, b = tape.bounds[first][0], tape.bounds[stop - 1][1]
-        data = tape.data
-        return [data[key] for key in [("journal", k) for k in range(a, b)] if key in data]
+        get = tape.data.get
+        found = [get(("journal", k)) for k in range(a, b)]
+        return [e for e in found if e is not None]
 
     def undo_span(self, tape: Tape, s: int, t: int) -> tuple[int, int]:
         """Segments whose writes are undone to recover ``s`` from the state at ``t``."""
         return s, t
 
     def undo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
-        for e in reversed(entries):
-            state.buffers[e.buffer][e.index] = e.old
+        buffers = state.buffers
+        for buffer, index, old, _, _ in reversed(entries):
+            buffers[buffer][index] = old
 
     def redo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
-        for e in entries:
-            state.buffers[e.buffer][e.index] = e.new
+        buffers = state.buffers
+        for buffer, index, _, new, _ in entries:
+            buffers[buffer][index] = new
 
     def restore_rng(self, tape: Tape, s: int, state: State) -> None:
         state.rng = tape.data[("rng", s)]
@@ -407,12 +432,17 @@ class Guarded(Region):
     def end(self, tape: Tape, s: int, state: State) -> None:
         a, b = tape.bounds[s]
         sizes = tape.sizes  # key -> (segment, bytes) of everything retained
-        journal = [("rng", s)] + [key for key in [("journal", k) for k in range(a, b)]
-                                  if key in sizes]
-        anchor = [("anchor", s)] + [key for key in [("draws", k) for k in range(a, b)]
-                                    if key in sizes]
-        j_bytes = sum([sizes[key][1] for key in journal])
-        a_bytes = sum([sizes[key][1] for key in anchor])
+        journal, anchor = [("rng", s)], [("anchor", s)]  # each representation's keys
+        j_bytes, a_bytes = sizes[journal[0]][1], sizes[anchor[0]][1]
+        for k in range(a, b):
+            hit = sizes.get(("journal", k))
+            if hit is not None:
+                journal.append(("journal", k))
+                j_bytes += hit[1]
+            hit = sizes.get(("draws", k))
+            if hit is not None:
+                anchor.append(("draws", k))
+                a_bytes += hit[1]
         use_anchor = a_bytes < j_bytes
         dropped = sum([tape.drop(key) for key in (journal if use_anchor else anchor)])
         tape.borrow(dropped)  # both were held until here

@@ -9,6 +9,7 @@ of bytes that differ, over all comparisons (0 when every replay is exact).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ from replayverify.programs.interpreter import FORWARD, Execution, ForwardRule, e
 from replayverify.programs.model import OpKind, Program
 from replayverify.programs.philox import RngState
 from replayverify.programs.state import Snapshot, State
+from replayverify.verifier.reference_run import ReferenceRun
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,8 @@ class BytesResult:
         return self.bytes_differing == 0
 
 
-def check_bytes(ex: Execution, *,
-                forward: dict[OpKind, ForwardRule] = FORWARD) -> BytesResult:
+def check_bytes(ex: Execution, *, forward: dict[OpKind, ForwardRule] = FORWARD,
+                run: ReferenceRun | None = None) -> BytesResult:
     """Replay every segment and the whole run from the recorded boundaries.
 
     The whole run from (B_0, R_0) passes every boundary. A replay depends only on the
@@ -100,6 +102,10 @@ def check_bytes(ex: Execution, *,
     segment is that replay's result. Only once the whole run has left the recorded
     boundaries (a segment's comparison failed) are the later segments replayed apart,
     each from its own (B_s, R_s). Every comparison is made either way.
+
+    ``run``: the program's plain run from its initial state (``check`` makes it once for
+    the references); when that state is exactly the recorded (B_0, R_0), it is the whole
+    run, and its states at the segment ends are compared instead of replaying it again.
     """
     program = ex.program
     bounds = program.segment_bounds()
@@ -117,13 +123,25 @@ def check_bytes(ex: Execution, *,
             failures.append(f"{label} (ops {lo}..{hi - 1}): " + "; ".join(d.notes))
         return d.exact
 
-    whole = snaps[0].state()  # the whole run's replay
-    on_record = True  # its state is the recorded boundary of the segment about to run
+    if run is not None and run.start == snaps[0]:
+        whole = iter(run.ends)
+    else:
+        whole = _whole_run(program, snaps[0], bounds, forward)
+    on_record = True  # the whole run's state is the recorded boundary of the next segment
     for s, (lo, hi) in enumerate(bounds):
-        got = whole if on_record else replay(program, snaps[s], lo, hi, forward=forward)
-        replay(program, whole, lo, hi, forward=forward, in_place=True)
+        end = next(whole)  # the whole run's state after segment s
+        got = end if on_record else replay(program, snaps[s], lo, hi, forward=forward)
         on_record = compare(f"segment {s}", lo, hi, got, snaps[s + 1]) and on_record
-    covered = bounds[-1][1] if bounds else 0  # (a valid program's segments cover every op)
-    replay(program, whole, covered, len(program.ops), forward=forward, in_place=True)
-    compare("whole run", 0, len(program.ops), whole, ex.final)
+    compare("whole run", 0, len(program.ops), next(whole), ex.final)
     return BytesResult(total, tuple(failures), len(bounds) + 1)
+
+
+def _whole_run(program: Program, start: Snapshot, bounds: tuple[tuple[int, int], ...],
+               forward: dict[OpKind, ForwardRule]) -> Iterator[State]:
+    """The run of every op from ``start``, in place: its state after each segment, then
+    after the last op (a valid program's segments cover every op)."""
+    state = start.state()
+    for lo, hi in bounds:
+        yield replay(program, state, lo, hi, forward=forward, in_place=True)
+    covered = bounds[-1][1] if bounds else 0
+    yield replay(program, state, covered, len(program.ops), forward=forward, in_place=True)

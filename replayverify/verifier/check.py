@@ -4,6 +4,8 @@ The interpreter runs once; each check then runs on that execution, and an except
 inside a check becomes an ``error`` record carrying its message, so no record is
 ever dropped. Records come in a fixed order: forward-jacobian, complex-step, bytes,
 control:final-storage, control:wrong-rng, then the engines' gradient and bytes.
+The program's plain run from B_0, which the forward Jacobian, the complex step and the
+byte check each need, is made once (``reference_run``) and handed to the three.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from replayverify.verifier.forward_jacobian import (
     forward_jacobian,
 )
 from replayverify.verifier.records import Check, Outcome, Record, make_record, program_label
+from replayverify.verifier.reference_run import ReferenceRun, reference_run
 
 # The checks ``check`` can run, in record order; the engines report GRADIENT and BYTES.
 CHECKS = (Check.GRADIENT, Check.FORWARD_JACOBIAN, Check.COMPLEX_STEP, Check.BYTES,
@@ -114,13 +117,16 @@ def forward_jacobian_verdict(ex: Execution, fj: ForwardJacobian) -> Verdict:
     return compare_gradients(ex.gradient, fj.gradient, ex.program, both_references=True)
 
 
-def complex_step_verdict(ex: Execution) -> Verdict:
-    """Version-graph gradient against the complex step."""
+def complex_step_verdict(ex: Execution, run: Callable[[], ReferenceRun] | None = None
+                         ) -> Verdict:
+    """Version-graph gradient against the complex step (``run``: the program's plain run
+    from B_0, made on first call; None: the complex step runs the ops itself)."""
     try:
         _guard("the complex step", ex.program, Check.COMPLEX_STEP)
+        ops = None if run is None else run().ops
         # Only a diverge asks whether the step left the linear regime (``perturbed``):
         # then a second, otherwise identical run watches the real parts.
-        cs = complex_step(ex.program, refusal=ex.admission.reason, watch=False)
+        cs = complex_step(ex.program, refusal=ex.admission.reason, watch=False, run=ops)
     except TooLarge as exc:
         return Verdict(Outcome.UNSUPPORTED, None, str(exc))
     except MemoryError:  # the estimate is a bound of the arrays, not of the machine's memory
@@ -132,7 +138,7 @@ def complex_step_verdict(ex: Execution) -> Verdict:
     v = compare_gradients(ex.gradient, cs.gradient, ex.program, both_references=True)
     if v.outcome is not Outcome.DIVERGE:
         return v
-    watched = complex_step(ex.program, refusal=ex.admission.reason)  # the same, watching
+    watched = complex_step(ex.program, refusal=ex.admission.reason, run=ops)  # watching
     if watched.perturbed is not None:
         return Verdict(Outcome.UNSUPPORTED, None, f"the complex step left the linear regime "
                        f"at op {watched.perturbed} (its real parts moved away from the "
@@ -141,7 +147,8 @@ def complex_step_verdict(ex: Execution) -> Verdict:
     # With h = 1e-200 the imaginary parts leave float64's normal range when a derivative
     # is below ~1e-108 (or far above 1): a step that changes with h cannot judge. A
     # diverge stands only when a second step, h = 1e-20, agrees with it.
-    again = complex_step(ex.program, refusal=ex.admission.reason, h=SECOND_H, watch=False)
+    again = complex_step(ex.program, refusal=ex.admission.reason, h=SECOND_H, watch=False,
+                         run=ops)
     stable = compare_gradients(cs.gradient, again.gradient, ex.program, both_references=True)
     if stable.outcome is not Outcome.MATCH:
         return Verdict(Outcome.UNSUPPORTED, None, "the complex step changes with h "
@@ -181,8 +188,8 @@ def extreme_magnitude(ex: Execution) -> str:
     return ""
 
 
-def bytes_verdict(ex: Execution) -> Verdict:
-    res = check_bytes(ex)
+def bytes_verdict(ex: Execution, run: ReferenceRun | None = None) -> Verdict:
+    res = check_bytes(ex, run=run)
     if res.exact:
         return Verdict(Outcome.MATCH, 0.0, f"{res.comparisons} replays exact (bytes and generator)")
     return Verdict(Outcome.DIVERGE, float(res.bytes_differing), "; ".join(res.failures))
@@ -223,6 +230,12 @@ def check_execution(
     label, sha = program_label(program, program_id), program.sha256
     records: list[Record] = []
     fj: list[ForwardJacobian] = []  # computed once, for its record and the engines
+    plain: list[ReferenceRun] = []  # the program's plain run, made once for the references
+
+    def reference() -> ReferenceRun:
+        if not plain:
+            plain.append(reference_run(program))
+        return plain[0]
 
     def run(check: Check, fn: Callable[[], Verdict]) -> None:
         t0 = time.perf_counter()
@@ -237,7 +250,7 @@ def check_execution(
         if not fj:
             _guard("the forward Jacobian", program, Check.FORWARD_JACOBIAN)
             try:
-                fj.append(forward_jacobian(program))
+                fj.append(forward_jacobian(program, run=reference().ops))
             except MemoryError:
                 peak = reference_bytes(program, Check.FORWARD_JACOBIAN)[0]
                 raise TooLarge(f"the forward Jacobian ran out of memory (estimated {peak} "
@@ -253,9 +266,9 @@ def check_execution(
     if Check.FORWARD_JACOBIAN in wanted:
         run(Check.FORWARD_JACOBIAN, jacobian_verdict)
     if Check.COMPLEX_STEP in wanted:
-        run(Check.COMPLEX_STEP, lambda: complex_step_verdict(ex))
+        run(Check.COMPLEX_STEP, lambda: complex_step_verdict(ex, reference))
     if Check.BYTES in wanted:
-        run(Check.BYTES, lambda: bytes_verdict(ex))
+        run(Check.BYTES, lambda: bytes_verdict(ex, reference()))
     if Check.FINAL_STORAGE in wanted:
         run(Check.FINAL_STORAGE, lambda: final_storage_control(ex))
     if Check.WRONG_RNG in wanted:

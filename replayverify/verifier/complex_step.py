@@ -22,7 +22,7 @@ have no derivative, and admission guarantees no float op reads them.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -30,9 +30,10 @@ import numpy as np
 
 from replayverify.programs.arrays import as_slices
 from replayverify.programs.errstate import quiet
-from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op
+from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues
 from replayverify.programs.model import Op, OpKind, Program
-from replayverify.programs.state import initial_state, layouts
+from replayverify.programs.state import layouts
+from replayverify.verifier.reference_run import evaluations
 
 H = 1e-200
 WORD = 8  # bytes per float64 word
@@ -123,6 +124,7 @@ def complex_step(
     forward: Mapping[OpKind, ForwardRule] = FORWARD,
     h: float = H,
     watch: bool = True,
+    run: Sequence[OpValues] | None = None,
 ) -> ComplexStep:
     """dL/d(inputs) = Im(L(inputs + i*h*e_c)) / h for every coordinate c, in one pass.
 
@@ -130,6 +132,8 @@ def complex_step(
     ``forward`` is the forward rule table, for the real and the complex evaluation alike.
     ``watch`` compares every op's real parts with the forward pass's values to find
     ``perturbed``; without it the gradient is the same and ``perturbed`` is None.
+    ``run``: every op's values from the program's plain run from B_0 with ``forward``
+    (``check`` makes it once, for the references); without it the ops are run here.
     """
     f32 = float32_views(program)
     if f32:
@@ -147,16 +151,15 @@ def complex_step(
         imag[v.buffer][v.words, at + np.arange(v.size)] = h
         at += v.size
 
-    state = initial_state(program)
     perturbed = None
-    for k, step in enumerate(plan.steps):
+    values_of = evaluations(program, forward=forward) if run is None else run
+    for k, (step, ev) in enumerate(zip(plan.steps, values_of)):
         dst = step.dst
         if not step.is_float:  # integer write: the words it touches have no derivative
-            where = execute_op(program, k, state, forward=forward).where
+            where = ev.where
             imag[dst.buffer][dst.rows if where is None else dst.words[where]] = np.nan
             continue
         parts = [(f, imag[v.buffer][v.rows]) for f, v in step.sources]  # (views if slices)
-        ev = execute_op(program, k, state, forward=forward)
         # (elements, coordinates): the forward rules batch over a trailing axis; inf and
         # NaN are legal values (this function runs under ``quiet``)
         operands = {f: ev.operands[f][:, None] + 1j * part for f, part in parts}

@@ -22,7 +22,7 @@ comes from the interpreter.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -30,9 +30,10 @@ import numpy as np
 
 from replayverify.programs.arrays import as_slices, unique_ints
 from replayverify.programs.errstate import quiet
-from replayverify.programs.interpreter import FORWARD, ForwardRule, execute_op, scatter_winners
+from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
-from replayverify.programs.state import initial_state, layouts
+from replayverify.programs.state import layouts
+from replayverify.verifier.reference_run import evaluations
 
 # The reference is meant to be more accurate than the reverse sweep it checks: with
 # tangents in extended precision (80-bit on x86-64; float64 where the platform has no
@@ -327,32 +328,34 @@ def forward_jacobian(
     forward: Mapping[OpKind, ForwardRule] = FORWARD,
     tangent: dict[OpKind, TangentRule | None] = TANGENT,
     precision: type = PRECISION,
+    run: Sequence[OpValues] | None = None,
 ) -> ForwardJacobian:
     """dL/d(inputs) by forward tangents through the storage, all coordinates at once.
 
     Tangents are carried in ``precision`` (extended by default) and the gradient is
-    rounded to float64 once at the end.
+    rounded to float64 once at the end. ``run``: every op's values from the program's
+    plain run from B_0 with ``forward`` (``check`` makes it once, for the references);
+    without it the ops are run here.
     """
     plan = _plan(program)
     n_coords = plan.n_coords
     shadow = _Shadow(program, plan, precision)
-    state = initial_state(program)
     at = 0
     for vt in plan.inputs:
         shadow.seed(vt, at)
         at += vt.size
 
     refused: tuple[int | None, str] | None = None
-    for k, step in enumerate(plan.steps):
+    values_of = evaluations(program, forward=forward) if run is None else run
+    for k, (step, ev) in enumerate(zip(plan.steps, values_of)):
         if not step.is_float:
-            shadow.write(step.dst, None, execute_op(program, k, state, forward=forward).where)
+            shadow.write(step.dst, None, ev.where)
             continue
         tans = {}
         for f, src in step.sources:
             tans[f], bad = shadow.read(src)
             if bad is not None and refused is None:
                 refused = (k, shadow.why(src, bad, f"op {k}"))
-        ev = execute_op(program, k, state, forward=forward)
         rule = tangent[step.op.kind]
         if rule is None:
             raise ValueError(f"op {k}: {step.op.kind.value} writes a float view but has no "

@@ -232,7 +232,7 @@ def test_checkers_do_not_use_the_reverse_rules(monkeypatch):
 
 
 def test_a_failing_reference_is_an_error_record_for_the_engines_too(monkeypatch):
-    def boom(program):
+    def boom(program, **options):
         raise RuntimeError("no tangents today")
 
     monkeypatch.setattr(check_module, "forward_jacobian", boom)

@@ -60,25 +60,56 @@ def _draw_position(k: int, bounds: tuple[tuple[int, int], ...]) -> str:
     raise IndexError(k)
 
 
+# per op kind, from the one table: its name, the fields naming views, and whether it draws
+_KIND = {kind: (kind.value, spec.view_fields, spec.draws is not None)
+         for kind, spec in OP_SPECS.items()}
+
+
 def program_coverage(ex: Execution) -> dict:
     """What one program exercised (JSON-ready; :func:`coverage_summary` adds them up)."""
     program = ex.program
     views = {v.name: v for v in program.views}
-    lay = layouts(program)
-    cell_of = {v.name: f"{view_kind(v)}|{v.dtype}" for v in program.views}
-    named = [(op.kind.value, f, getattr(op, f)) for op in program.ops
-             for f in op.spec.view_fields]  # (op kind, field, view) of every view an op names
+    named = set()  # (op kind, field, view) of every view an op names, each once
+    draws = set()
+    bounds = program.segment_bounds()
+    for k, op in enumerate(program.ops):
+        kind, fields, drawing = _KIND[op.kind]
+        named.update([(kind, f, getattr(op, f)) for f in fields])
+        if drawing:
+            draws.add(_draw_position(k, bounds))
+    cell_of = {}  # a view's (view kind, dtype) label, made once per view named
+    for _, _, name in named:
+        if name not in cell_of:
+            cell_of[name] = f"{view_kind(views[name])}|{views[name].dtype}"
     cells = sorted({f"{kind}|{cell_of[name]}" for kind, _, name in named})
     fields_2d = sorted({f for _, f, name in named if len(views[name].shape) == 2})
-    bounds = program.segment_bounds()
-    draws = sorted({_draw_position(k, bounds) for k, op in enumerate(program.ops)
-                    if op.spec.draws})
     by_buffer: dict[str, set[str]] = {}
     for v in program.views:
         by_buffer.setdefault(v.buffer, set()).add(v.dtype)
-    # the dtype that last wrote each byte (-1: init or never written): float reads of
-    # bytes another dtype wrote. Only a buffer seen through two dtypes or more can have
-    # them, so only those buffers are followed.
+    # Admission refuses the first float read of bytes that another dtype wrote (SPEC §3:
+    # an integer write, several writes or a different byte extent), so only a refused
+    # program can have such reads: only refused programs are followed.
+    reads = set() if ex.admission.supported else _reads_of_other_dtypes(ex, views, by_buffer)
+    return {
+        "cells": cells,
+        "refusal": "" if ex.admission.supported else refusal_kind(ex.admission.reason),
+        "float_reads_of_other_dtypes": sorted(reads),
+        "both_float_dtypes_on_one_buffer": any(set(FLOAT_DTYPES) <= d
+                                               for d in by_buffer.values()),
+        "view_dtypes": sorted({v.dtype for v in program.views}),
+        "fields_2d": fields_2d,
+        "draw_positions": sorted(draws),
+    }
+
+
+def _reads_of_other_dtypes(ex: Execution, views: dict, by_buffer: dict[str, set[str]]
+                           ) -> set[str]:
+    """"<dtype> read of <dtype>-written bytes" for every float read (float ops' sources,
+    the loss) of bytes whose last writer (an input or an op) had another dtype."""
+    program = ex.program
+    lay = layouts(program)
+    # the dtype that last wrote each byte (-1: init or never written). Only a buffer seen
+    # through two dtypes or more can have such reads, so only those buffers are followed.
     code = {d: i for i, d in enumerate(DTYPES)}
     writer = {b.name: np.full(b.nbytes, -1, np.int8) for b in program.buffers
               if len(by_buffer.get(b.name, ())) > 1}
@@ -106,16 +137,7 @@ def program_coverage(ex: Execution) -> dict:
             writer[views[op.dst].buffer][lay[op.dst].bytes_of(rec.where)] = \
                 code[views[op.dst].dtype]
     read(program.loss.view)
-    return {
-        "cells": cells,
-        "refusal": "" if ex.admission.supported else refusal_kind(ex.admission.reason),
-        "float_reads_of_other_dtypes": sorted(reads),
-        "both_float_dtypes_on_one_buffer": any(set(FLOAT_DTYPES) <= d
-                                               for d in by_buffer.values()),
-        "view_dtypes": sorted({v.dtype for v in program.views}),
-        "fields_2d": fields_2d,
-        "draw_positions": draws,
-    }
+    return reads
 
 
 RATES = (

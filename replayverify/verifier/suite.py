@@ -23,7 +23,7 @@ import numpy as np
 
 from replayverify.programs.generate import FAMILIES, Generated, generate_with_attempts
 from replayverify.programs.interpreter import Execution
-from replayverify.programs.model import Program
+from replayverify.programs.model import OP_SPECS, Program, View
 from replayverify.untrusted import dumps
 from replayverify.verifier.compare import Verdict
 from replayverify.verifier.executors import Executor, ProcessPool, TaskTimeout, time_limit
@@ -123,13 +123,18 @@ def _resolved(engines: tuple[str, ...] | None) -> tuple[str, ...] | None:
     return None if engines is None else tuple(registry.resolve(e) for e in engines)
 
 
-def _share_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two arrays of byte indices have an index in common."""
-    if not a.size or not b.size:
-        return False
-    seen = np.zeros(int(max(a.max(), b.max())) + 1, dtype=bool)
+def _share_bytes(a: np.ndarray, b: np.ndarray, nbytes: int) -> bool:
+    """Whether two arrays of byte indices into one buffer of ``nbytes`` bytes have an
+    index in common."""
+    seen = np.zeros(nbytes, dtype=bool)
     seen[a] = True
     return bool(seen[b].any())
+
+
+def _strided(v: View) -> bool:
+    """Whether a view's strides are not the row-major ones of its shape and dtype."""
+    item, last = v.itemsize, len(v.strides) - 1
+    return any(s != item * (v.shape[-1] if j < last else 1) for j, s in enumerate(v.strides))
 
 
 def program_stats(ex: Execution, attempts: int) -> dict:
@@ -141,33 +146,34 @@ def program_stats(ex: Execution, attempts: int) -> dict:
     program = ex.program
     lay = layouts(program)
     views = {v.name: v for v in program.views}
-    kinds = Counter(op.kind.value for op in program.ops)
+    nbytes = {b.name: b.nbytes for b in program.buffers}
     shared: dict[tuple[str, str], bool] = {}  # (source, dst): the same pairs recur
 
-    def overlaps(src: str, dst: str) -> bool:
-        if (src, dst) not in shared:
-            shared[src, dst] = _share_bytes(lay[src].byte_index, lay[dst].byte_index)
-        return shared[src, dst]
+    def overlaps(src: View, dst: View) -> bool:
+        key = src.name, dst.name
+        if key not in shared:  # views whose byte ranges are apart share no byte
+            shared[key] = src.offset < dst.end and dst.offset < src.end and _share_bytes(
+                lay[src.name].byte_index, lay[dst.name].byte_index, nbytes[dst.buffer])
+        return shared[key]
 
-    overlapping = 0
+    overlapping = draws = 0
     for op in program.ops:
-        dst = views[op.dst]
-        for f in op.spec.sources:
+        spec, dst = OP_SPECS[op.kind], views[op.dst]
+        draws += spec.draws is not None
+        for f in spec.sources:
             src = views[getattr(op, f)]
-            if src.buffer == dst.buffer and src.name != dst.name and overlaps(src.name, dst.name):
+            if src.buffer == dst.buffer and src.name != dst.name and overlaps(src, dst):
                 overlapping += 1
                 break
     floats = {v.buffer for v in program.views if v.is_float}
     aliases = sum(1 for v in program.views if not v.is_float and v.buffer in floats)
     return {
-        "ops": dict(kinds),
+        "ops": {kind.value: n for kind, n in Counter(op.kind for op in program.ops).items()},
         "overlapping_writes": overlapping,
         "integer_aliases": aliases,
         "hazards": len(stale_operands(ex)) if ex.admission.supported else 0,
-        "draws": sum(1 for op in program.ops if op.spec.draws),
-        "strided_views": sum(1 for v in program.views if any(
-            s != v.itemsize * (v.shape[-1] if j < len(v.shape) - 1 else 1)
-            for j, s in enumerate(v.strides))),
+        "draws": draws,
+        "strided_views": sum(map(_strided, program.views)),
         "supported": ex.admission.supported,
         "attempts": attempts,
         "float32": any(v.dtype == "float32" for v in program.views),

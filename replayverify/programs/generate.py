@@ -67,16 +67,17 @@ class _Builder:
         return name
 
     def view(self, name: str, buffer: str, dtype: str, offset: int, shape, strides) -> View:
-        v = View(name, buffer, dtype, int(offset), tuple(int(s) for s in shape),
-                 tuple(int(s) for s in strides))
+        v = View(name, buffer, dtype, int(offset), tuple(map(int, shape)),
+                 tuple(map(int, strides)))
         self.views[name] = v
         return v
 
     def fill(self, view: View, lo: float = -1.0, hi: float = 1.0) -> None:
+        # (``tolist`` gives the Python floats and ints at once, not a NumPy scalar each)
         if view.is_float:
-            vals = tuple(round(float(x), 6) for x in self.rng.uniform(lo, hi, view.size))
+            vals = tuple([round(x, 6) for x in self.rng.uniform(lo, hi, view.size).tolist()])
         else:
-            vals = tuple(int(x) for x in self.rng.integers(int(lo), int(hi), view.size))
+            vals = tuple(self.rng.integers(int(lo), int(hi), view.size).tolist())
         self.init.append(Init(view.name, vals))
 
     def coef(self, lo: float, hi: float, nonzero: bool = False) -> float:
@@ -124,7 +125,7 @@ class _Builder:
         return Rng(key, counter)  # type: ignore[arg-type]
 
     def weights(self, n: int) -> tuple[float, ...]:
-        return tuple(float(x) for x in self.rng.integers(1, 6, n))
+        return tuple(map(float, self.rng.integers(1, 6, n).tolist()))
 
 
 FLOAT_KINDS = {
@@ -594,7 +595,8 @@ def generate_with_attempts(seed: int, index: int, family: str = "default",
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; known: {', '.join(sorted(FAMILIES))}")
     fam = FAMILIES[family]
-    lim = replace(fam.limits, **{**(fam.per_index(index) if fam.per_index else {}), **limits})
+    overrides = {**(fam.per_index(index) if fam.per_index else {}), **limits}
+    lim = replace(fam.limits, **overrides) if overrides else fam.limits
     for attempt in range(MAX_ATTEMPTS):
         b = _Builder(np.random.default_rng(_seed_words(seed, index, family, attempt)))
         program = fam.build(b, lim, f"s{seed}/{family}/{index:06d}")

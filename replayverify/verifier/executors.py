@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import hashlib
 import logging
 import multiprocessing as mp
@@ -123,8 +124,11 @@ def _serve(conn: Connection, fn: Callable[[T], R], inherited: list[Connection]) 
 
     It closes the parent's pipe ends that the fork gave it (so that it sees the parent go
     away), ignores SIGINT (a terminal sends Ctrl-C to the whole group; the parent stops
-    its workers itself) and exits when the parent's end of its pipe closes.
+    its workers itself) and exits when the parent's end of its pipe closes. What it
+    inherited is frozen out of its garbage collections (``gc.freeze``): a full collection
+    would otherwise walk, and copy page by page, the parent's whole heap.
     """
+    gc.freeze()
     for other in inherited:
         other.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)

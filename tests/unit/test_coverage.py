@@ -78,3 +78,23 @@ def test_summary_lists_what_did_not_occur_and_renders():
     only_draws = coverage_summary([{"coverage": program_coverage(execute(HAND["draws"]()))}])
     assert only_draws["missing_refusals"] == list(REFUSALS)
     assert "iadd / contiguous / int32" in only_draws["missing_cells"]
+
+
+def test_only_refused_programs_read_bytes_another_dtype_wrote():
+    """program_coverage follows the writers' dtypes only for refused programs: admission
+    refuses the first such read, so following a supported program's finds none."""
+    from replayverify.verifier.coverage import _reads_of_other_dtypes
+
+    seen = {True: 0, False: 0}
+    for family in ("mixed", "bytes", "default", "alias"):
+        for i in range(30):
+            ex = execute(generate(1, i, family))
+            views = {v.name: v for v in ex.program.views}
+            by_buffer: dict = {}
+            for v in ex.program.views:
+                by_buffer.setdefault(v.buffer, set()).add(v.dtype)
+            reads = _reads_of_other_dtypes(ex, views, by_buffer)
+            if ex.admission.supported:
+                assert reads == set(), (family, i)
+            seen[bool(reads)] += 1
+    assert seen[True] and seen[False]  # both kinds of program occurred

@@ -338,8 +338,11 @@ class Strategy:
                draws: Mapping[int, np.ndarray] | None = None) -> list[OpValues]:
         """Re-execute segment ``s`` from the current state, capturing each op's operands."""
         a, b = tape.bounds[s]
-        out = [self.execute(tape.program, k, state, None if draws is None else draws.get(k))
-               for k in range(a, b)]
+        program, execute = tape.program, self.execute
+        if draws is None:
+            out = [execute(program, k, state, None) for k in range(a, b)]
+        else:
+            out = [execute(program, k, state, draws.get(k)) for k in range(a, b)]
         tape.borrow(sum([operand_bytes(rec) for rec in out]))  # all held until differentiated
         tape.replayed_ops += b - a
         return out

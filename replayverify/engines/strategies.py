@@ -58,7 +58,8 @@ class Eager(Strategy):
 
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
         plan = tape.plans[k]
-        saved = {n: self.keep_buffer(state.buffers[n]) for n in plan.read_buffers}
+        keep, buffers = self.keep_buffer, state.buffers
+        saved = {n: keep(buffers[n]) for n in plan.read_buffers}
         tape.keep(s, ("eager", k), (saved, state.rng), plan.read_buffers_nbytes + RNG_BYTES)
 
     def rng_for(self, tape: Tape, k: int, saved_rng, state: State):
@@ -319,8 +320,11 @@ class Region(Strategy):
 
     def journal_plan(self, tape: Tape) -> tuple[JournalOp, ...]:
         """Per op, its :class:`JournalOp`: carried by the program, like its run plan."""
-        return tape.program.carried(("journal_plan", self.granularity, tape.xp.__name__),
-                                    lambda p: self._journal_plan(tape))
+        key = ("journal_plan", self.granularity, tape.xp.__name__)
+        plan = tape.program.derived.get(key)  # (asked for once per op: the common case first)
+        if plan is None:
+            plan = tape.program.carried(key, lambda p: self._journal_plan(tape))
+        return plan
 
     def _journal_plan(self, tape: Tape) -> tuple[JournalOp, ...]:
         sizes = {b.name: b.nbytes for b in tape.program.buffers}

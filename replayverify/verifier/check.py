@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,6 +43,7 @@ ENGINE_CHECKS = (Check.GRADIENT, Check.BYTES)  # the checks engine_records repor
 
 SECOND_H = 1e-20  # the complex step's second step size, to test a diverge for stability
 MAX_SHADOW_BYTES = 2 * 2**30  # the most a derivative reference may allocate, all arrays
+PRECISION_BYTES = np.dtype(PRECISION).itemsize  # the forward Jacobian's tangent entries
 
 
 class TooLarge(Exception):
@@ -65,31 +67,46 @@ def reference_bytes(program: Program, check: str) -> tuple[int, int]:
 
 def _reference_bytes(program: Program, check: str) -> tuple[int, int]:
     # the same for both references: derived once
-    coords, inputs_max, loss, float_ops = program.carried("reference_sizes", _reference_sizes)
+    sizes = program.carried("reference_sizes", _reference_sizes)
     if check == Check.FORWARD_JACOBIAN:
-        item = np.dtype(PRECISION).itemsize
-        shadow = addresses(program).count * coords * item
-        fixed, per_src, per_dst = shadow + 8 * program.nbytes, 2 * item, 3 * item
+        item = PRECISION_BYTES
+        shadow = addresses(program).count * sizes.coords * item
+        # an op's working set, per element: 2 per source, 3 per destination
+        fixed, seed, op_max = shadow + 8 * program.nbytes, item, item * sizes.fj_op_max
+        per_dst = 3 * item
     else:  # complex step: float64 imaginary parts, complex128 operands and results
-        shadow = sum(-(-b.nbytes // 8) for b in program.buffers) * coords * 8
-        fixed, per_src, per_dst = shadow, 8 + 16, 3 * 16
-    seed = 8 if check == Check.COMPLEX_STEP else np.dtype(PRECISION).itemsize
-    steps = [inputs_max * seed, loss * per_dst]
-    steps += [per_src * src + per_dst * dst for src, dst in float_ops]
-    return fixed + coords * max(steps), shadow
+        shadow = sum(-(-b.nbytes // 8) for b in program.buffers) * sizes.coords * 8
+        # an op's working set, per element: 8 + 16 per source, 3 * 16 per destination
+        fixed, seed, op_max, per_dst = shadow, 8, 24 * sizes.cs_op_max, 3 * 16
+    return fixed + sizes.coords * max(sizes.inputs_max * seed, sizes.loss * per_dst,
+                                      op_max), shadow
 
 
-def _reference_sizes(program: Program) -> tuple[int, int, int, list[tuple[int, int]]]:
-    """Input coordinates, the largest input, the loss's elements and, per float op, its
-    sources' and its destination's elements: what both references' estimates count."""
+class _Sizes(NamedTuple):
+    """What both references' estimates count, derived once per program."""
+
+    coords: int  # input coordinates
+    inputs_max: int  # elements of the largest input
+    loss: int  # elements of the loss view
+    fj_op_max: int  # max over float ops of 2 * source elements + 3 * destination elements
+    cs_op_max: int  # max over float ops of source elements + 2 * destination elements
+
+
+def _reference_sizes(program: Program) -> _Sizes:
     lay = layouts(program)
-    # (the interpreter's op steps, derived once: a float op's ``sources`` are its
-    # value sources' layouts)
-    float_ops = [(sum([lo.size for _, lo in step.sources]), step.size)
-                 for step in op_steps(program) if step.dst.view.is_float]
-    return (sum(lay[name].size for name in program.inputs),
-            max((lay[name].size for name in program.inputs), default=0),
-            lay[program.loss.view].size, float_ops)
+    fj_op_max = cs_op_max = 0  # (0: no float op; every other term is >= 0)
+    # (the interpreter's op steps, derived once: a float op's ``sources`` are its value
+    # sources' layouts; a plain loop: a comprehension per op costs more than its items)
+    for step in op_steps(program):
+        if step.dst.view.is_float:
+            src = 0
+            for _, lo in step.sources:
+                src += lo.size
+            fj_op_max = max(fj_op_max, 2 * src + 3 * step.size)
+            cs_op_max = max(cs_op_max, src + 2 * step.size)
+    inputs = [lay[name].size for name in program.inputs]
+    return _Sizes(sum(inputs), max(inputs, default=0), lay[program.loss.view].size,
+                  fj_op_max, cs_op_max)
 
 
 def _guard(what: str, program: Program, check: str) -> None:

@@ -98,21 +98,26 @@ def _plan(program: Program) -> _Plan:
 
 
 def _derive_plan(program: Program) -> _Plan:
+    # (Plain loops over views and ops: a comprehension per op costs more than the few
+    # items it builds.)
     lay = layouts(program)
     los = list(lay.values())
     words = np.concatenate([lo.starts for lo in los]) // WORD  # every view's, at once
-    bounds = list(itertools.accumulate((lo.size for lo in los), initial=0))
+    bounds = list(itertools.accumulate([lo.size for lo in los], initial=0))
     views = {lo.view.name: _Words(lo.view.buffer, lo.size, words[a:b], rows)
              for lo, a, b, rows in zip(los, bounds, bounds[1:], as_slices(words, bounds))}
     steps = []
     for op in program.ops:
         dst = lay[op.dst]
+        sources = []
+        for f in op.spec.sources:
+            sources.append((f, views[getattr(op, f)]))
         steps.append(_ComplexStep(op, views[op.dst], dst.dtype, dst.view.is_float,
-                                  tuple([(f, views[getattr(op, f)]) for f in op.spec.sources])))
-    inputs = tuple(views[name] for name in program.inputs)
+                                  tuple(sources)))
+    inputs = tuple([views[name] for name in program.inputs])
     loss = program.loss.view
     return _Plan({b.name: -(-b.nbytes // WORD) for b in program.buffers},
-                 sum(v.size for v in inputs), inputs, tuple(steps), views[loss],
+                 sum([v.size for v in inputs]), inputs, tuple(steps), views[loss],
                  lay[loss].view.is_float, np.asarray(program.loss.weights, dtype=np.float64))
 
 

@@ -55,7 +55,10 @@ def coefs_of(op: Op, dtype: np.dtype) -> dict[str, float]:
     float64: what the tangent rules multiply by (derived once per program). A float64
     coefficient beyond float32's range becomes inf (callers run under ``quiet``)."""
     to = dtype.type  # (``op.coef_as`` spelled out: one call per coefficient, not two)
-    return {c.name: float(to(getattr(op, c.name))) for c in op.spec.coefs}
+    coefs = {}
+    for c in op.spec.coefs:  # (a plain loop: a comprehension costs more than its few items)
+        coefs[c.name] = float(to(getattr(op, c.name)))
+    return coefs
 
 
 # ---------------------------------------------------------------- tangent rules
@@ -194,24 +197,31 @@ def _plan(program: Program) -> _Plan:
 def _derive_plan(program: Program) -> _Plan:
     # Every view's elements at once, then slices per view: a handful of array operations
     # per program rather than several per view.
+    # (Plain loops over views and ops: a comprehension per op or view costs more than
+    # the few items it builds.)
     lay = layouts(program)
     los = [lay[v.name] for v in program.views]
-    floats = [lo for lo in los if lo.view.is_float]
     # address key = (buffer, first byte, itemsize) as one integer in the same lexicographic
     # order (the itemsize distinguishes float32 from float64); ids are the keys' ranks
     buf_id = {b.name: i for i, b in enumerate(program.buffers)}
     span = max(b.nbytes for b in program.buffers) + 1
-    sizes = [lo.size for lo in floats]
-    keys = (np.concatenate([lo.starts for lo in floats] or [np.empty(0, np.int64)]) * 2
-            + np.repeat([buf_id[lo.view.buffer] * span * 2 + (lo.dtype.itemsize == 8)
-                         for lo in floats], sizes))
+    starts, sizes, key_of_view = [np.empty(0, np.int64)], [], []  # float views'
+    for lo in los:
+        if lo.view.is_float:
+            starts.append(lo.starts)
+            sizes.append(lo.size)
+            key_of_view.append(buf_id[lo.view.buffer] * span * 2 + (lo.dtype.itemsize == 8))
+    keys = np.concatenate(starts) * 2 + np.repeat(key_of_view, sizes)
     uniq = unique_ints(keys)
     ids = np.searchsorted(uniq, keys)
     bounds = list(itertools.accumulate(sizes, initial=0))  # each float view's first element
     rows = as_slices(ids, bounds)
-    own2 = np.repeat(ids, 2).reshape(-1, 2)  # the tags of an element's two words if wide
-    # every view's elements' first two words (the second is used by 8-byte elements)
-    words2 = (np.concatenate([lo.starts for lo in los]) // WORD)[:, None] + np.arange(2)
+    # Per element, two words and two tags, flat: element j's first word (and tag) at 2j,
+    # the second, used by 8-byte elements, at 2j + 1. A view's words and tags are then one
+    # slice (every second entry for 4-byte elements).
+    own2 = np.repeat(ids, 2)  # float views' elements
+    words2 = ((np.concatenate([lo.starts for lo in los]) // WORD)[:, None]
+              + np.arange(2)).reshape(-1)  # every view's elements
 
     views: dict[str, _ViewTags] = {}
     of_view: dict[str, np.ndarray] = {}
@@ -219,12 +229,12 @@ def _derive_plan(program: Program) -> _Plan:
     floats_at = iter(zip(bounds, rows))
     for lo in los:
         n, name, wide = lo.size, lo.view.name, lo.dtype.itemsize == 8
-        words = words2[at:at + n].reshape(-1) if wide else words2[at:at + n, 0]
+        words = words2[2 * at:2 * (at + n)] if wide else words2[2 * at:2 * (at + n):2]
         own = r = tags = None
         if lo.view.is_float:
             fat, r = next(floats_at)
             own = of_view[name] = ids[fat:fat + n]
-            tags = own2[fat:fat + n].reshape(-1) if wide else own
+            tags = own2[2 * fat:2 * (fat + n)] if wide else own
         views[name] = _ViewTags(name, lo.view.buffer, n, words, own, r, tags,
                                 b"" if tags is None else tags.tobytes(),
                                 CONST_TAGS * (2 * n if wide else n))
@@ -237,14 +247,16 @@ def _derive_plan(program: Program) -> _Plan:
         if not dst.view.is_float:  # an integer write: only its words matter
             steps.append(_TangentStep(op, views[op.dst], False, (), False, {}))
             continue
-        fields = op.spec.sources
-        names = [getattr(op, f) for f in fields]
-        steps.append(_TangentStep(
-            op, views[op.dst], True, tuple(zip(fields, [views[n] for n in names])),
-            not all([f64[n] for n in names]), coefs_of(op, dst.dtype)))
-    inputs = tuple(views[name] for name in program.inputs)
+        sources, cast = [], False
+        for f in op.spec.sources:
+            name = getattr(op, f)
+            sources.append((f, views[name]))
+            cast = cast or not f64[name]
+        steps.append(_TangentStep(op, views[op.dst], True, tuple(sources), cast,
+                                  coefs_of(op, dst.dtype)))
+    inputs = tuple([views[name] for name in program.inputs])
     loss = program.loss.view
-    return _Plan(Addresses(int(uniq.size), of_view), sum(t.size for t in inputs), inputs,
+    return _Plan(Addresses(int(uniq.size), of_view), sum([t.size for t in inputs]), inputs,
                  tuple(steps), views[loss], lay[loss].view.is_float,
                  np.asarray(program.loss.weights, dtype=np.float64))
 

@@ -132,9 +132,12 @@ def _share_bytes(a: np.ndarray, b: np.ndarray, nbytes: int) -> bool:
 
 
 def _strided(v: View) -> bool:
-    """Whether a view's strides are not the row-major ones of its shape and dtype."""
-    item, last = v.itemsize, len(v.strides) - 1
-    return any(s != item * (v.shape[-1] if j < last else 1) for j, s in enumerate(v.strides))
+    """Whether a view's strides are not the row-major ones of a 1-D or 2-D view of its
+    shape and dtype: (itemsize) or (itemsize x columns, itemsize)."""
+    if not v.shape:
+        return False
+    item = v.itemsize
+    return v.strides != (item * v.shape[-1],) * (len(v.shape) - 1) + (item,)
 
 
 def program_stats(ex: Execution, attempts: int) -> dict:
@@ -151,9 +154,9 @@ def program_stats(ex: Execution, attempts: int) -> dict:
 
     def overlaps(src: View, dst: View) -> bool:
         key = src.name, dst.name
-        if key not in shared:  # views whose byte ranges are apart share no byte
-            shared[key] = src.offset < dst.end and dst.offset < src.end and _share_bytes(
-                lay[src.name].byte_index, lay[dst.name].byte_index, nbytes[dst.buffer])
+        if key not in shared:
+            shared[key] = _share_bytes(lay[src.name].byte_index, lay[dst.name].byte_index,
+                                       nbytes[dst.buffer])
         return shared[key]
 
     overlapping = draws = 0

@@ -34,15 +34,20 @@ class Journal:
         self.files = files
         self.done = done
         self._handles = {key: open(out / name, "ab") for key, name in files.items()}
+        # each file's length, kept up to date here rather than asked of the file (a
+        # system call) after every task
+        self._sizes = {key: fh.tell() for key, fh in self._handles.items()}
         self._progress = open(out / "progress.jsonl", "a", encoding="utf-8")
 
     def append(self, chunks: dict[str, bytes]) -> None:
         """One finished task: its bytes for each file (written, flushed), then its mark."""
         for key, fh in self._handles.items():
-            fh.write(chunks.get(key, b""))
+            chunk = chunks.get(key, b"")
+            fh.write(chunk)
             fh.flush()
+            self._sizes[key] += len(chunk)
         self.done += 1
-        mark = {"done": self.done, **{key: fh.tell() for key, fh in self._handles.items()}}
+        mark = {"done": self.done, **self._sizes}
         self._progress.write(json.dumps(mark) + "\n")
         self._progress.flush()
 

@@ -9,8 +9,9 @@ the checkers build a record.
 from __future__ import annotations
 
 import enum
+import operator
 from copy import deepcopy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -56,7 +57,7 @@ FAILING = frozenset({Outcome.DIVERGE, Outcome.ERROR, Outcome.MISSED})
 CONTROL_PREFIX = "control:"
 MUTANT_PREFIX = "mutant:"
 __all__ = ["FAILING", "OUTCOMES", "Check", "Outcome", "Record", "make_record", "max_abs_err",
-           "program_label",
+           "program_label", "record_rows", "records_from_rows",
            "run_is_clean", "tolerance", "undetected_mutants"]
 
 
@@ -124,6 +125,27 @@ class Record:
         base["max_abs_err"] = decode_float(base["max_abs_err"])
         return cls(**base, detail=d.get("detail", ""), seconds=d.get("seconds", 0.0),
                    metrics=extra)
+
+
+RECORD_FIELDS = tuple(f.name for f in fields(Record))
+_row_of = operator.attrgetter(*RECORD_FIELDS)
+
+
+def record_rows(records: list[Record]) -> list[tuple]:
+    """Each record as the tuple of its fields in order: a compact form to send records
+    between processes (one tuple each, not an object with its state dict)."""
+    return list(map(_row_of, records))
+
+
+def records_from_rows(rows: list[tuple]) -> list[Record]:
+    """The records that :func:`record_rows` gave. The fields are set as unpickling sets
+    them, without ``__init__``: they come from records, already checked and converted."""
+    out = []
+    for row in rows:
+        r = object.__new__(Record)
+        r.__dict__.update(zip(RECORD_FIELDS, row))
+        out.append(r)
+    return out
 
 
 def program_label(program, program_id: str | None = None) -> str:

@@ -11,6 +11,7 @@ None; the next attempt uses the next seed, and the count of attempts is kept.
 from __future__ import annotations
 
 import bisect
+import functools
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -113,7 +114,7 @@ class _Builder:
         if n_ops == 0:
             return [0]
         cuts = sorted(self.rng.choice(np.arange(1, n_ops), size=s - 1, replace=False).tolist())
-        return np.diff([0] + cuts + [n_ops]).tolist()
+        return [end - start for start, end in zip([0] + cuts, cuts + [n_ops])]
 
     def rng_state(self) -> Rng:
         key = tuple(int(x) for x in self.rng.integers(0, 2**32, 2))
@@ -166,6 +167,24 @@ class _Weights:
 FLOAT_WEIGHTS = _Weights(FLOAT_KINDS)
 
 
+@functools.cache
+def _kind_weights(draws: bool, indexed: bool, int_weight: float | None) -> _Weights:
+    """The kinds ``_mixed`` and ``_alias`` draw from: float ops, then draws, gather and
+    scatter, and integer ops (weighted ``int_weight``) as the limits allow. A family has
+    one such table, so each is derived once, not for every program."""
+    kinds = dict(FLOAT_KINDS)
+    if draws:
+        kinds.update(DRAW_KINDS)
+    if indexed:
+        kinds.update(INDEX_KINDS)
+    if int_weight is not None:
+        kinds.update({k: int_weight for k in INT_KINDS})
+    return _Weights(kinds)
+
+
+DTYPE_MIX_WEIGHTS = _Weights({k: 0.25 if k in INT_KINDS else 1.0 for k in OpKind})
+
+
 def _pick_kind(b: _Builder, weights: _Weights) -> OpKind:
     """Draw a kind exactly as ``rng.choice(len(kinds), p=w / w.sum())`` does (one uniform,
     found in the normalised cumulative weights; a test checks the two agree), so the
@@ -195,18 +214,13 @@ def _mixed(b: _Builder, limits: Limits, name: str, m: int | None = None) -> Prog
         g1 = b.view("g1", state, dtype, item, (2, h), (item, 2 * item))
         g2 = b.view("g2", state, dtype, (n_elems - m) * item, (2, h), (h * item, item))
         pools.append([g0, g1, g2])
-    kinds = dict(FLOAT_KINDS)
-    if limits.draws:
-        kinds.update(DRAW_KINDS)
     ints: list[View] = []
     idx: View | None = None
     if limits.gather_scatter:
-        kinds.update(INDEX_KINDS)
         idx_buf = b.buffer("idx", m * 4)
         idx = b.view("ix", idx_buf, "int32", 0, (m,), (4,))
         b.fill(idx, -2 * m, 2 * m)
     if limits.int_writes:
-        kinds.update({k: limits.int_weight for k in INT_KINDS})
         if dtype == "float64":  # int32 over both halves, low halves, int64 exact alias
             ints = [b.view("bits", state, "int32", 0, (m,), (4,)),
                     b.view("lo", state, "int32", item * int(b.rng.integers(0, m + 2)), (m,),
@@ -217,7 +231,8 @@ def _mixed(b: _Builder, limits: Limits, name: str, m: int | None = None) -> Prog
             ints = [b.view("bits", state, "int32", 0, (m,), (4,)),
                     b.view("lo", state, "int32", item * int(b.rng.integers(0, m + 3)), (m,),
                            (4,))]
-    weights = _Weights(kinds)
+    weights = _kind_weights(limits.draws, limits.gather_scatter,
+                            limits.int_weight if limits.int_writes else None)
     draw_at = int(b.rng.integers(n_ops)) if limits.require_draw else -1
     for k in range(n_ops):
         kind = _pick_kind(b, weights) if k != draw_at else b.pick(list(DRAW_KINDS))
@@ -285,9 +300,7 @@ def _alias(b: _Builder, limits: Limits, name: str) -> Program:
     lows = b.view("lows", b.buffers[0].name, "int32", 0, (m // 2,), (8,))
     out = b.view("ibits", bits_buf, "int32", 0, (m,), (4,))
     out_low = b.view("ibits_low", bits_buf, "int32", 0, (m // 2,), (4,))
-    kinds = dict(FLOAT_KINDS)
-    kinds.update(DRAW_KINDS if limits.draws else {})
-    weights = _Weights(kinds)
+    weights = _kind_weights(limits.draws, False, None)
     for _ in range(n_ops):
         r = b.rng.random()
         if r < 0.15:
@@ -364,9 +377,8 @@ def _dtype_mix(b: _Builder, limits: Limits, name: str) -> Program:
              ("int32", 2): b.view("ix2", idx, "int32", 0, (2, h), (4, 8)),
              ("int64", 1): b.view("kx", idx, "int64", 0, (m,), (8,)),
              ("int64", 2): b.view("kx2", idx, "int64", 0, (2, h), (8 * h, 8))}
-    weights = _Weights({k: 0.25 if k in INT_KINDS else 1.0 for k in OpKind})
     for _ in range(n_ops):
-        kind = _pick_kind(b, weights)
+        kind = _pick_kind(b, DTYPE_MIX_WEIGHTS)
         if kind in INT_KINDS:
             dtype = b.pick(["int32", "int64"])
         elif kind in (OpKind.COPY, OpKind.GATHER, OpKind.SCATTER):

@@ -128,11 +128,14 @@ def _reads_of_other_dtypes(ex: Execution, views: dict, by_buffer: dict[str, set[
             if n and DTYPES_BY_CODE[c] != v.dtype:
                 reads.add(f"{v.dtype} read of {DTYPES_BY_CODE[c]}-written bytes")
 
-    for rec in ex.records:
+    for rec, ver in zip(ex.records, ex.versions):
         op = rec.op
         if views[op.dst].is_float:
             for f in op.spec.sources:
-                read(getattr(op, f))
+                # a read whose every element read a version has only bytes last written
+                # at the element's own extent (in its own dtype): nothing to look for
+                if f not in ver.complete:
+                    read(getattr(op, f))
         if views[op.dst].buffer in writer:
             writer[views[op.dst].buffer][lay[op.dst].bytes_of(rec.where)] = \
                 code[views[op.dst].dtype]

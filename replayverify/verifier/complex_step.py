@@ -76,6 +76,7 @@ class _ComplexStep(NamedTuple):
     dtype: np.dtype  # the destination's
     is_float: bool
     sources: tuple[tuple[str, _Words], ...]  # (field, view) of each value source
+    indexed: bool  # it reads an integer index view too (handed to the rule as it is)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +114,7 @@ def _derive_plan(program: Program) -> _Plan:
         for f in op.spec.sources:
             sources.append((f, views[getattr(op, f)]))
         steps.append(_ComplexStep(op, views[op.dst], dst.dtype, dst.view.is_float,
-                                  tuple(sources)))
+                                  tuple(sources), op.spec.indexed))
     inputs = tuple([views[name] for name in program.inputs])
     loss = program.loss.view
     return _Plan({b.name: -(-b.nbytes // WORD) for b in program.buffers},
@@ -164,14 +165,15 @@ def complex_step(
             where = ev.where
             imag[dst.buffer][dst.rows if where is None else dst.words[where]] = np.nan
             continue
-        parts = [(f, imag[v.buffer][v.rows]) for f, v in step.sources]  # (views if slices)
         # (elements, coordinates): the forward rules batch over a trailing axis; inf and
         # NaN are legal values (this function runs under ``quiet``)
-        operands = {f: ev.operands[f][:, None] + 1j * part for f, part in parts}
-        if step.op.spec.indexed:
+        operands = {}
+        for f, v in step.sources:  # (the imaginary rows are a view when they are a slice)
+            operands[f] = ev.operands[f][:, None] + 1j * imag[v.buffer][v.rows]
+        if step.indexed:
             operands["index"] = ev.operands["index"]
         out, where = forward[step.op.kind](step.op, operands, ev.draws, step.dtype, dst.size)
-        imag[dst.buffer][dst.rows if where is None else dst.words[where]] = np.imag(out)
+        imag[dst.buffer][dst.rows if where is None else dst.words[where]] = out.imag
         if watch and perturbed is None and not _real_parts_kept(out, ev.values):
             perturbed = k
 

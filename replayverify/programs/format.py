@@ -539,10 +539,12 @@ def _op_text_table() -> dict[OpKind, tuple[str, tuple[tuple[str, Any], ...]]]:
 _OP_TEXT = _op_text_table()
 
 
-def _numbers(values: Any, to: type) -> str:
-    """``values`` converted by ``to`` (int or float) and written as json.dumps writes
-    them: an int's or a float's repr."""
-    return ",".join(map(repr, map(to, values)))
+def _numbers(values: Any, kind: type) -> str:
+    """``values`` as json.dumps writes them once program_to_dict has converted them by
+    ``kind`` (int or float): ``kind``'s repr. ``kind.__repr__`` takes nothing but an
+    int (a float), or a subclass, and writes the value's own repr; anything else raises
+    TypeError, and the definition writes the text."""
+    return ",".join(map(kind.__repr__, values))
 
 
 def _canonical_text(program: Program) -> str | None:
@@ -586,7 +588,7 @@ def _canonical_text(program: Program) -> str | None:
             ',"views":[', ",".join(views),
             "]}",
         ])
-    except TypeError:  # a name that is not a string (json.dumps may write null, or refuse)
+    except TypeError:  # a name that is not a string, a number that is not an int or float
         return None
     # A non-finite float is written nan, inf or -inf here (json.dumps refuses it); those
     # letters appear nowhere else but inside a name, where the definition gives the same text.

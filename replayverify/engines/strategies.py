@@ -59,7 +59,9 @@ class Eager(Strategy):
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
         plan = tape.plans[k]
         keep, buffers = self.keep_buffer, state.buffers
-        saved = {n: keep(buffers[n]) for n in plan.read_buffers}
+        saved = {}
+        for name in plan.read_buffers:
+            saved[name] = keep(buffers[name])
         tape.keep(s, ("eager", k), (saved, state.rng), plan.read_buffers_nbytes + RNG_BYTES)
 
     def rng_for(self, tape: Tape, k: int, saved_rng, state: State):
@@ -72,11 +74,10 @@ class Eager(Strategy):
         for k in range(a, b):
             saved, rng = data[("eager", k)]
             plan = plans[k]
-            if xp is np:  # each operand's bytes gathered from its saved buffer, flat
-                operands = {f: saved[buf][lay.byte_index].view(lay.dtype)
-                            for f, buf, lay in plan.read_at}
-            else:
-                operands = {f: gather_view(saved, lay, xp) for f, lay in plan.reads}
+            operands = {}
+            for f, buf, lay in plan.read_at:  # each operand gathered from its saved buffer
+                operands[f] = (saved[buf][lay.byte_index].view(lay.dtype) if xp is np
+                               else gather_view(saved, lay, xp))
             draws = redraw(tape, k, self.rng_for(tape, k, rng, state)) if plan.draws else None
             ops.append(tape.record(k, operands, draws))
         return Recovery(ops)

@@ -539,6 +539,13 @@ def _op_text_table() -> dict[OpKind, tuple[str, tuple[tuple[str, Any], ...]]]:
 _OP_TEXT = _op_text_table()
 
 
+# A view's canonical JSON, by its number of dimensions (1 or 2, SPEC §2): names as JSON
+# strings, offset, shape and strides as ints (the writer checks that they are ints).
+_VIEW_TEXT = {d: '{"buffer":%s,"dtype":%s,"name":%s,"offset":%d,"shape":['
+                 + ",".join(["%d"] * d) + '],"strides":[' + ",".join(["%d"] * d) + "]}"
+              for d in (1, 2)}
+
+
 def _numbers(values: Any, kind: type) -> str:
     """``values`` as json.dumps writes them once program_to_dict has converted them by
     ``kind`` (int or float): ``kind``'s repr. ``kind.__repr__`` takes nothing but an
@@ -568,9 +575,8 @@ def _canonical_text(program: Program) -> str | None:
         texts = [_OP_TEXT[op.kind] for op in program.ops]
         ops = ",".join([template for template, _ in texts]) % tuple(
             [to(getattr(op, f)) for op, (_, holes) in zip(program.ops, texts) for f, to in holes])
-        views = [f'{{"buffer":{_string(v.buffer)},"dtype":{_string(v.dtype)},'
-                 f'"name":{_string(v.name)},"offset":{v.offset!r},'
-                 f'"shape":[{_numbers(v.shape, int)}],"strides":[{_numbers(v.strides, int)}]}}'
+        views = [_VIEW_TEXT[len(v.shape)] % (_string(v.buffer), _string(v.dtype),
+                                             _string(v.name), v.offset, *v.shape, *v.strides)
                  for v in program.views]
         text = "".join([
             '{"buffers":[', ",".join(buffers),
@@ -588,8 +594,8 @@ def _canonical_text(program: Program) -> str | None:
             ',"views":[', ",".join(views),
             "]}",
         ])
-    except TypeError:  # a name that is not a string, a number that is not an int or float
-        return None
+    except (TypeError, KeyError):  # a name that is not a string, a number that is not an
+        return None  # int or float, a view that is not 1-D or 2-D (or strides for each)
     # A non-finite float is written nan, inf or -inf here (json.dumps refuses it); those
     # letters appear nowhere else but inside a name, where the definition gives the same text.
     if "nan" in text or "inf" in text:

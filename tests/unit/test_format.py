@@ -263,5 +263,9 @@ def test_canonical_json_matches_its_definition_on_odd_fields():
             dataclasses.replace(p, init=(Init("nosuch", (1.0,)),)),
             dataclasses.replace(p, views=(dataclasses.replace(p.views[0], shape=[4]),
                                           *p.views[1:]))]
+    odd += [dataclasses.replace(p, views=(dataclasses.replace(p.views[0], shape=shape,
+                                                              strides=strides), *p.views[1:]))
+            for shape, strides in [((1, 4), (32, 8)), ((2, 1, 2), (16, 8, 8)), ((4,), (8, 8)),
+                                   ((2, 2), (16,)), ((), ())]]
     for q in odd:
         assert _outcome(canonical_json, q) == _outcome(_definition, q)

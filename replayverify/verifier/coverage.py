@@ -74,7 +74,8 @@ def program_coverage(ex: Execution) -> dict:
     bounds = program.segment_bounds()
     for k, op in enumerate(program.ops):
         kind, fields, drawing = _KIND[op.kind]
-        named.update([(kind, f, getattr(op, f)) for f in fields])
+        for f in fields:  # (a plain loop: a comprehension is a function call in 3.11)
+            named.add((kind, f, getattr(op, f)))
         if drawing:
             draws.add(_draw_position(k, bounds))
     cell_of = {}  # a view's (view kind, dtype) label, made once per view named

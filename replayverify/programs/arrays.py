@@ -120,20 +120,13 @@ def as_slices(ids: np.ndarray, bounds) -> list[slice | np.ndarray]:
     """:func:`as_slice` of each part ``ids[bounds[i]:bounds[i + 1]]``, decided with a
     few array operations for all parts at once (no per-part array operation)."""
     bounds = list(bounds)
-    if ids.size == 0:
-        return [ids[a:b] for a, b in itertools.pairwise(bounds)]
-    # breaks[i]: how many steps among ids[0..i] are not +1; a part is consecutive iff
-    # no such step lies inside it
-    breaks = np.zeros(ids.size, np.int64)
-    np.cumsum(ids[1:] - ids[:-1] != 1, out=breaks[1:])
-    edges = np.asarray(bounds, np.int64)
-    first = np.minimum(edges[:-1], ids.size - 1)  # (clipped where a part is empty)
-    last = np.maximum(edges[1:] - 1, 0)
-    firsts, lasts = ids[first].tolist(), ids[last].tolist()
-    runs = (breaks[last] == breaks[first]).tolist()
+    # breaks[i]: how many of the steps ids[0] -> ids[1], ..., ids[i] -> ids[i + 1] are not
+    # +1; a part of two or more ids is consecutive iff none of its own steps is
+    breaks = np.cumsum(ids[1:] - ids[:-1] != 1).tolist()
     out: list[slice | np.ndarray] = []
-    for a, b, first, last, run in zip(bounds, bounds[1:], firsts, lasts, runs):
-        if b > a and run and last - first == b - a - 1:
+    for a, b in itertools.pairwise(bounds):
+        if b - a == 1 or (b - a > 1 and breaks[b - 2] == (breaks[a - 1] if a else 0)):
+            first = int(ids[a])
             out.append(slice(first, first + b - a))
         else:
             out.append(ids[a:b])

@@ -3,6 +3,8 @@ and correct generated programs never diverge, error or miss a control."""
 
 from __future__ import annotations
 
+import itertools
+
 import mpmath
 import numpy as np
 import sympy as sp
@@ -10,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replayverify.programs import OpKind, Program, execute, generate, initial_state, layouts
+from replayverify.programs.arrays import as_slices
 from replayverify.programs.interpreter import scatter_winners
 from replayverify.verifier.check import check_program
 from replayverify.verifier.complex_step import complex_step
@@ -136,3 +139,17 @@ def test_forward_jacobian_and_complex_step_agree(index, family):
     if family == "derivative":
         rec = check_program(p, engines=(), checks=["control:final-storage"])[0]
         assert rec.outcome == "detected", rec.detail
+
+
+@given(st.lists(st.integers(0, 12), max_size=30), st.lists(st.integers(0, 30), max_size=5))
+def test_plan_parts_are_slices_exactly_when_consecutive(values, cuts):
+    """as_slices (the references' plans read rows as slices): each part is the slice it
+    equals when its ids ascend by one, else the part itself."""
+    ids = np.asarray(values, np.intp)
+    bounds = [0, *sorted(min(c, ids.size) for c in cuts), ids.size]
+    for (a, b), part in zip(itertools.pairwise(bounds), as_slices(ids, bounds)):
+        want = ids[a:b]
+        if b > a and np.array_equal(want, np.arange(want[0], want[0] + want.size)):
+            assert part == slice(int(want[0]), int(want[0]) + want.size)
+        else:
+            assert isinstance(part, np.ndarray) and np.array_equal(part, want)

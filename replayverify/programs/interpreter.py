@@ -145,18 +145,19 @@ def draw(op: Op, rng: RngState, n: int, dtype: np.dtype, xp: ModuleType = np,
     Philox uniforms of a (state, n) among everything that runs one program.
     """
     kind = op.spec.draws
-    keep = op.coef_as("keep", dtype) if kind is Draw.KEEP_MASK else None
 
     def compute() -> np.ndarray:
         u1, u2 = uniforms(words(rng, n)) if blocks is None else blocks.uniforms(rng, n)
         if kind is Draw.NORMAL:
             return normals(u1, u2).astype(dtype)
-        return keep_mask(u1, keep, dtype)
+        return keep_mask(u1, op.coef_as("keep", dtype), dtype)
 
     if blocks is None:
         values = compute()
-    else:  # the values too are a function of (state, n, rule, dtype, keep): shared
-        key = (rng, n, kind, dtype.str, None if keep is None else keep.tobytes())
+    else:  # the values too are a function of (state, n, rule, dtype, keep): shared.
+        # keep as written (None for noise) fixes, with the dtype, the converted keep; the
+        # key holds plain values, whose hashes cost no Python call (an enum member's does)
+        key = (rng, n, kind.value, dtype.str, op.keep)
         values = blocks.memo(key, n, compute)
     return (values if xp is np else xp.asarray(values)), rng.advanced(n)
 
@@ -273,7 +274,7 @@ def execute_op(
     Overflow and invalid results are legal values: callers run under
     ``errstate.quiet`` (every entry point does) so that numpy does not warn about them.
     """
-    step = op_steps(program)[k]
+    step = program.carried("steps", _derive_steps)[k]  # (op_steps, one call less per op)
     operands, draws, where, values = _run_step(program, step, state, draws, forward)
     return OpValues(k, step.op, step.dtype, step.size, operands, draws, where, values)
 
@@ -298,7 +299,8 @@ def _run_step(program: Program, step: _Step, state: State, draws: Any,
             draws = draws.reshape(-1)
             state.rng = state.rng.advanced(step.size)
     values, where = forward[step.kind](step.op, operands, draws, step.dtype, step.size)
-    if type(values) is not np.ndarray or values.dtype != step.dtype or values.ndim != 1:
+    # (an equal dtype that is another object takes the cast below, which copies nothing)
+    if type(values) is not np.ndarray or values.dtype is not step.dtype or values.ndim != 1:
         values = state.xp.asarray(values).astype(step.dtype, copy=False).reshape(-1)
     if on_numpy and where is None and step.flat:  # the common write: the whole 1-D view
         typed(step.dst)[...] = values

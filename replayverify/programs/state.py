@@ -125,8 +125,9 @@ class State:
 
     def snapshot(self) -> Snapshot:
         """The host bytes of every buffer (copied from the device when ``xp`` is not NumPy)."""
-        return Snapshot({k: bytes(to_host(v).tobytes()) for k, v in self.buffers.items()},
-                        self.rng)
+        if self.xp is np:  # (taken once per segment boundary and engine run: no to_host)
+            return Snapshot({k: v.tobytes() for k, v in self.buffers.items()}, self.rng)
+        return Snapshot({k: to_host(v).tobytes() for k, v in self.buffers.items()}, self.rng)
 
     def typed(self, layout: ViewLayout) -> np.ndarray:
         """A NumPy state's view as a strided array over its buffer (``as_strided``

@@ -489,10 +489,10 @@ class _Versions:
         if arr is None:
             words = self.words[v.buffer]
             scale = words.itemsize // 4
+            # (shape, dtype, buffer, offset, strides) by position, as ViewLayout.strided
             arr = self._strided[v.name] = np.ndarray(
-                (*v.shape, v.itemsize // 4), words.dtype, buffer=words,
-                offset=v.offset * scale, strides=(*(s * scale for s in v.strides),
-                                                  words.itemsize))
+                (*v.shape, v.itemsize // 4), words.dtype, words, v.offset * scale,
+                (*(s * scale for s in v.strides), words.itemsize))
         return arr
 
     def write(self, op: int, layout: ViewLayout, tags: ExtentTags,

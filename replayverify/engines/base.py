@@ -264,8 +264,7 @@ class Tape:
 
 def gather_view(buffers: Mapping[str, Any], layout: ViewLayout, xp: ModuleType) -> Any:
     """A view's values, flat, read from ``buffers`` (a mapping of ``xp`` uint8 arrays)."""
-    index = layout.byte_index if xp is np else layout.index(xp)
-    return buffers[layout.view.buffer][index].view(layout.dtype)
+    return buffers[layout.view.buffer][layout.index(xp)].view(layout.dtype)
 
 
 def operand_bytes(rec: OpValues) -> int:
@@ -439,12 +438,9 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
         # only float writes carry derivatives: an integer op's written slots are just cleared
         rule = REVERSE[op.kind] if plan.float_write else None
         if rule is not None:
-            starts = dst.starts if xp is np else dst.starts_in(xp)
+            starts = dst.starts_in(xp)
             g = a[starts if where is None else starts[where]]
-        if where is None and xp is np:
-            a[dst.byte_index] = 0.0
-        else:
-            a[dst.bytes_of(where, xp)] = 0.0
+        a[dst.bytes_of(where, xp)] = 0.0
         if rule is None or g.size == 0:
             continue
         if rec.where is not where or rec.op is not op:  # the rule sees op k of this

@@ -118,13 +118,15 @@ class ReadSetPlan(NamedTuple):
 
 def readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
     """The :class:`ReadSetPlan` of op ``k`` retaining ``fields``, carried by the program."""
-    plans = tape.program.derived.get("readset_plans")
-    if plans is None:
-        plans = tape.program.carried("readset_plans", lambda p: {})
+    plans = tape.program.carried("readset_plans", _no_plans)
     plan = plans.get((k, fields))
     if plan is None:
         plan = plans[(k, fields)] = _readset_plan(tape, k, fields)
     return plan
+
+
+def _no_plans(program: Program) -> dict:
+    return {}  # filled per (op, retained fields) as the read sets ask
 
 
 def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
@@ -322,13 +324,10 @@ class Region(Strategy):
     def journal_plan(self, tape: Tape) -> tuple[JournalOp, ...]:
         """Per op, its :class:`JournalOp`: carried by the program, like its run plan."""
         key = ("journal_plan", self.granularity, tape.xp.__name__)
-        plan = tape.program.derived.get(key)  # (asked for once per op: the common case first)
-        if plan is None:
-            plan = tape.program.carried(key, lambda p: self._journal_plan(tape))
-        return plan
+        return tape.program.carried(key, self._journal_plan, tape)
 
-    def _journal_plan(self, tape: Tape) -> tuple[JournalOp, ...]:
-        sizes = {b.name: b.nbytes for b in tape.program.buffers}
+    def _journal_plan(self, program: Program, tape: Tape) -> tuple[JournalOp, ...]:
+        sizes = {b.name: b.nbytes for b in program.buffers}
         out = []
         for op in tape.plans:
             dst = op.dst

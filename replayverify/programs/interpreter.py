@@ -274,7 +274,7 @@ def execute_op(
     Overflow and invalid results are legal values: callers run under
     ``errstate.quiet`` (every entry point does) so that numpy does not warn about them.
     """
-    step = program.carried("steps", _derive_steps)[k]  # (op_steps, one call less per op)
+    step = op_steps(program)[k]
     operands, draws, where, values = _run_step(program, step, state, draws, forward)
     return OpValues(k, step.op, step.dtype, step.size, operands, draws, where, values)
 

@@ -210,9 +210,15 @@ def extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> i
     return sum((n - 1) * s for n, s in zip(shape, strides)) + itemsize
 
 
+def element_bytes(starts: Any, itemsize: int, xp: Any = np) -> Any:
+    """Byte offsets of every byte of the elements whose first bytes are ``starts``,
+    element-major (int64, an ``xp`` array)."""
+    return (starts[:, None] + xp.arange(itemsize, dtype=xp.int64)).reshape(-1)
+
+
 def view_bytes(view: View) -> np.ndarray:
     """Byte offsets of every byte of every element, element-major (int64, size*itemsize)."""
-    return (view.element_starts()[:, None] + np.arange(view.itemsize, dtype=np.int64)).reshape(-1)
+    return element_bytes(view.element_starts(), view.itemsize)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,12 +288,13 @@ class Program:
     derived: dict[str, Any] = field(init=False, default_factory=dict, compare=False,
                                     repr=False)
 
-    def carried(self, key: Any, make: Callable[[Program], T]) -> T:
-        """``make(self)``, computed on first use and carried in ``derived`` under ``key``:
-        the one way every layer derives per-program data once (layouts, op steps, plans)."""
+    def carried(self, key: Any, make: Callable[..., T], *args: Any) -> T:
+        """``make(self, *args)``, computed on first use and carried in ``derived`` under
+        ``key`` (which must tell ``args`` apart): the one way every layer derives
+        per-program data once (layouts, op steps, plans)."""
         value = self.derived.get(key)
         if value is None:
-            value = self.derived[key] = make(self)
+            value = self.derived[key] = make(self, *args)
         return value
 
     def view(self, name: str) -> View:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from replayverify.programs.arrays import to_host, unique_ints
-from replayverify.programs.model import DTYPES, Program, View
+from replayverify.programs.model import DTYPES, Program, View, element_bytes
 from replayverify.programs.philox import RngState
 
 
@@ -40,7 +40,7 @@ class ViewLayout:
     def byte_index(self) -> np.ndarray:
         """Every byte of every element, element-major (int64): 8 bytes per view byte, so
         made only when a caller asks; reads and writes on NumPy use strided views."""
-        arr = (self.starts[:, None] + np.arange(self.dtype.itemsize, dtype=np.int64)).reshape(-1)
+        arr = element_bytes(self.starts, self.dtype.itemsize)
         arr.setflags(write=False)
         return arr
 
@@ -88,9 +88,7 @@ class ViewLayout:
         ``xp`` array (``where`` must then be one too)."""
         if where is None:
             return self.index(xp)
-        item = self.dtype.itemsize
-        starts = self.starts_in(xp)[where]
-        return (starts[:, None] + xp.arange(item, dtype=xp.int64)).reshape(-1)
+        return element_bytes(self.starts_in(xp)[where], self.dtype.itemsize, xp)
 
 
 def layouts(program: Program) -> dict[str, ViewLayout]:

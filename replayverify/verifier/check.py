@@ -61,8 +61,7 @@ def reference_bytes(program: Program, check: str) -> tuple[int, int]:
     destination), the inputs' seeds or the loss's tangents and weighted product. Each of
     those is (elements x coordinates) in the reference's precision.
     """
-    return program.carried(("reference_bytes", str(check)),
-                           lambda p: _reference_bytes(p, check))
+    return program.carried(("reference_bytes", str(check)), _reference_bytes, check)
 
 
 def _reference_bytes(program: Program, check: str) -> tuple[int, int]:

@@ -9,7 +9,6 @@ of bytes that differ, over all comparisons (0 when every replay is exact).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +17,7 @@ from replayverify.programs.interpreter import FORWARD, Execution, ForwardRule, e
 from replayverify.programs.model import OpKind, Program
 from replayverify.programs.philox import RngState
 from replayverify.programs.state import Snapshot, State
-from replayverify.verifier.reference_run import ReferenceRun
+from replayverify.verifier.reference_run import ReferenceRun, reference_run
 
 
 @dataclass(frozen=True)
@@ -65,14 +64,9 @@ def diff_states(got: State | Snapshot, want: Snapshot) -> ByteDiff:
 
 def replay(program: Program, start: Snapshot | State, first: int, end: int, *,
            rng: RngState | None = None,
-           forward: dict[OpKind, ForwardRule] = FORWARD, in_place: bool = False) -> State:
-    """Run ops ``first:end`` from ``start`` (optionally with another generator state).
-
-    ``in_place`` runs them on ``start`` itself (a State) instead of a copy."""
-    if in_place:
-        state = start
-    else:
-        state = start.state() if isinstance(start, Snapshot) else start.copy()
+           forward: dict[OpKind, ForwardRule] = FORWARD) -> State:
+    """Run ops ``first:end`` from ``start`` (optionally with another generator state)."""
+    state = start.state() if isinstance(start, Snapshot) else start.copy()
     if rng is not None:
         state.rng = rng
     for k in range(first, end):
@@ -105,7 +99,8 @@ def check_bytes(ex: Execution, *, forward: dict[OpKind, ForwardRule] = FORWARD,
 
     ``run``: the program's plain run from its initial state (``check`` makes it once for
     the references); when that state is exactly the recorded (B_0, R_0), it is the whole
-    run, and its states at the segment ends are compared instead of replaying it again.
+    run, and its states at the segment ends are compared instead of replaying it again;
+    otherwise the whole run is made here, from the recorded (B_0, R_0).
     """
     program = ex.program
     bounds = program.segment_bounds()
@@ -123,10 +118,9 @@ def check_bytes(ex: Execution, *, forward: dict[OpKind, ForwardRule] = FORWARD,
             failures.append(f"{label} (ops {lo}..{hi - 1}): " + "; ".join(d.notes))
         return d.exact
 
-    if run is not None and run.start == snaps[0]:
-        whole = iter(run.ends)
-    else:
-        whole = _whole_run(program, snaps[0], bounds, forward)
+    if run is None or run.start != snaps[0]:  # not the whole run from the recorded start
+        run = reference_run(program, snaps[0], forward=forward)
+    whole = iter(run.ends)
     on_record = True  # the whole run's state is the recorded boundary of the next segment
     for s, (lo, hi) in enumerate(bounds):
         end = next(whole)  # the whole run's state after segment s
@@ -135,13 +129,3 @@ def check_bytes(ex: Execution, *, forward: dict[OpKind, ForwardRule] = FORWARD,
     compare("whole run", 0, len(program.ops), next(whole), ex.final)
     return BytesResult(total, tuple(failures), len(bounds) + 1)
 
-
-def _whole_run(program: Program, start: Snapshot, bounds: tuple[tuple[int, int], ...],
-               forward: dict[OpKind, ForwardRule]) -> Iterator[State]:
-    """The run of every op from ``start``, in place: its state after each segment, then
-    after the last op (a valid program's segments cover every op)."""
-    state = start.state()
-    for lo, hi in bounds:
-        yield replay(program, state, lo, hi, forward=forward, in_place=True)
-    covered = bounds[-1][1] if bounds else 0
-    yield replay(program, state, covered, len(program.ops), forward=forward, in_place=True)

@@ -11,18 +11,20 @@ under test and run their own forward.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, execute_op
 from replayverify.programs.model import OpKind, Program
-from replayverify.programs.state import Snapshot, initial_state
+from replayverify.programs.state import Snapshot, State, initial_state
 
 
-def evaluations(program: Program, *,
+def evaluations(program: Program, state: State | None = None, *,
                 forward: Mapping[OpKind, ForwardRule] = FORWARD) -> Iterator[OpValues]:
-    """Every op's values in order, run one by one from B_0 as the caller asks for them."""
-    state = initial_state(program)
+    """Every op's values in order, run one by one on ``state`` (default: B_0) as the
+    caller asks for them."""
+    state = initial_state(program) if state is None else state
     for k in range(len(program.ops)):
         yield execute_op(program, k, state, forward=forward)
 
@@ -30,22 +32,24 @@ def evaluations(program: Program, *,
 class ReferenceRun(NamedTuple):
     """The plain run of a program from (B_0, R_0) with the interpreter's forward rules."""
 
-    start: Snapshot  # (B_0, R_0): the program's initial state
+    start: Snapshot  # where it started: (B_0, R_0) unless another start was given
     ops: tuple[OpValues, ...]  # every op's values, in order
     ends: tuple[Snapshot, ...]  # the state after each segment, then after the last op
 
 
-def reference_run(program: Program) -> ReferenceRun:
-    """Run the program once from its initial state, keeping every op's values and the
-    state at every segment end (a valid program's last segment ends at its last op)."""
-    state = initial_state(program)
-    start = state.snapshot()
-    ops, ends = [], []
+def reference_run(program: Program, start: Snapshot | None = None, *,
+                  forward: Mapping[OpKind, ForwardRule] = FORWARD) -> ReferenceRun:
+    """Run the program once from ``start`` (default: its initial state), keeping every
+    op's values and the state at every segment end (a valid program's segments cover
+    its ops, so the last end is the state after the last op, taken again)."""
+    state = initial_state(program) if start is None else start.state()
+    start = state.snapshot() if start is None else start
+    steps = evaluations(program, state, forward=forward)
+    ops: list[OpValues] = []
+    ends = []
     for _, hi in program.segment_bounds():
-        while len(ops) < hi:
-            ops.append(execute_op(program, len(ops), state))
+        ops += itertools.islice(steps, hi - len(ops))
         ends.append(state.snapshot())
-    while len(ops) < len(program.ops):
-        ops.append(execute_op(program, len(ops), state))
+    ops += steps
     ends.append(state.snapshot())
     return ReferenceRun(start, tuple(ops), tuple(ends))

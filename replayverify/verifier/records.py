@@ -98,24 +98,28 @@ class Record:
         return self.outcome in FAILING and not (self.is_mutant
                                                 and self.outcome is Outcome.MISSED)
 
+    def _flat(self) -> dict:
+        """The fields in order, then the metrics, as they are (enums, shared containers)."""
+        return {"program": self.program, "sha256": self.sha256, "check": self.check,
+                "engine": self.engine, "outcome": self.outcome,
+                "max_abs_err": self.max_abs_err, "detail": self.detail,
+                "seconds": self.seconds, **self.metrics}
+
     def to_dict(self) -> dict:
         """The flat dict of the record (fields in order, then the metrics); nothing in it
         is shared with the record."""
-        d = {"program": self.program, "sha256": self.sha256, "check": str(self.check),
-             "engine": self.engine, "outcome": str(self.outcome),
-             "max_abs_err": self.max_abs_err, "detail": self.detail, "seconds": self.seconds}
-        d.update((k, v if isinstance(v, _SCALARS) else deepcopy(v))
-                 for k, v in self.metrics.items())
+        d = self._flat()
+        d["check"], d["outcome"] = str(self.check), str(self.outcome)
+        for k, v in self.metrics.items():
+            if not isinstance(v, _SCALARS):
+                d[k] = deepcopy(v)
         return d
 
     def to_json(self) -> str:
-        """``to_dict`` as one line of JSON. The dict is built here without its copies (it
-        is only encoded) and with the enums as they are (json writes a ``str`` enum as
-        its value): a suite encodes ~15 records per program."""
-        return dumps({"program": self.program, "sha256": self.sha256, "check": self.check,
-                      "engine": self.engine, "outcome": self.outcome,
-                      "max_abs_err": self.max_abs_err, "detail": self.detail,
-                      "seconds": self.seconds, **self.metrics})
+        """``to_dict`` as one line of JSON, encoded from the fields as they are (nothing
+        to copy, and json writes a ``str`` enum as its value): a suite encodes ~15
+        records per program."""
+        return dumps(self._flat())
 
     @classmethod
     def from_dict(cls, d: dict) -> Record:

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,6 +107,17 @@ class SlowRegion:
 
 
 slow_region = SlowRegion()  # --engine tests.helpers:slow_region
+
+
+def interrupt_suite(out: Path, programs: int, *args: str) -> None:
+    """Run ``replayverify suite --programs PROGRAMS --seed 3 ARGS --out OUT`` and Ctrl-C it
+    (:func:`ctrl_c`) once it has written two programs: it stops before the last one."""
+    cmd = [sys.executable, "-m", "replayverify", "suite", "--programs", str(programs),
+           "--seed", "3", *args, "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ctrl_c(proc, out, "program")
+    assert written(out) < programs
 
 
 def crash_or_raise(task: int) -> int:

@@ -28,7 +28,7 @@ from replayverify.verifier.executors import (
     time_limit,
 )
 from replayverify.verifier.suite import SuiteConfig, run_suite, suite_ids
-from tests.helpers import child_env, ctrl_c, written
+from tests.helpers import child_env, interrupt_suite, written
 from tests.helpers import records_minus_seconds as lines
 
 SLOW = "tests.helpers:slow_region"  # 0.1 s per program more: time to kill a worker mid-task
@@ -315,12 +315,7 @@ def test_ctrl_c_gives_one_line_exit_130_and_a_directory_any_executor_resumes(ref
     from replayverify.engines import registry
 
     out = tmp_path / "s"
-    cmd = [sys.executable, "-m", "replayverify", "suite", "--programs", "24", "--seed", "3",
-           "--engine", SLOW, "--dask", "local:1", "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    ctrl_c(proc, out, "program")
-    assert written(out) < 24
+    interrupt_suite(out, 24, "--engine", SLOW, "--dask", "local:1")
     run_suite(SuiteConfig(programs=24, seed=3, workers=1, out=out, resume=True,
                           engines=(registry.resolve(SLOW),)))  # and locally this time
     assert lines(out) == reference

@@ -96,19 +96,14 @@ def test_a_task_that_raises_in_a_local_worker_raises_in_task_order():
 def test_ctrl_c_with_local_workers_gives_one_line_exit_130_and_resumes(tmp_path):
     """Ctrl-C reaches the whole group: the workers ignore it, the parent stops them."""
     from replayverify.engines import registry
-    from tests.helpers import child_env, ctrl_c, written
+    from tests.helpers import interrupt_suite
 
     slow = "tests.helpers:slow_region"  # 0.1 s per program more: time to interrupt
     ref = tmp_path / "ref"
     run_suite(SuiteConfig(programs=16, seed=3, workers=1, out=ref,
                           engines=(registry.resolve(slow),)))
     out = tmp_path / "s"
-    cmd = [sys.executable, "-m", "replayverify", "suite", "--programs", "16", "--seed", "3",
-           "--engine", slow, "--workers", "2", "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    ctrl_c(proc, out, "program")
-    assert written(out) < 16
+    interrupt_suite(out, 16, "--engine", slow, "--workers", "2")
     run_suite(SuiteConfig(programs=16, seed=3, workers=2, out=out, resume=True,
                           engines=(registry.resolve(slow),)))
     assert strip_times(out / "records.jsonl") == strip_times(ref / "records.jsonl")

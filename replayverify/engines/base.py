@@ -113,17 +113,15 @@ class Engine(Protocol):
 class OpPlan(NamedTuple):
     """What the run loop and the strategies' hooks need of one op, looked up once per
     program (:func:`run_plan`) instead of on every call: an engine run otherwise spends
-    most of its time re-deriving these from the op, its spec and the layouts. (A
+    most of its time re-deriving these from the op, its spec and the layouts. Only what
+    several engines read is here: in a check every engine runs a new program once, so a
+    field one strategy alone reads costs the same derived here or in its hook. (A
     ``NamedTuple``: one is made per op of every program checked.)"""
 
     op: Op
     dst: ViewLayout
     reads: tuple[tuple[str, ViewLayout], ...]  # (field, layout) of every view it reads
-    read_at: tuple[tuple[str, str, ViewLayout], ...]  # the same with each view's buffer
     sources: dict[str, ViewLayout]  # the same, by field (where adjoints flow back to)
-    slots: dict[str, tuple[str, np.ndarray]]  # the same as (buffer, element starts)
-    read_buffers: tuple[str, ...]  # the buffers those views lie in, sorted
-    read_buffers_nbytes: int  # their total size
     partial: bool  # it writes only the dst positions its index hits (scatter)
     float_write: bool  # it writes a float view: only such ops carry derivatives
     draws: bool  # it consumes random values
@@ -146,19 +144,12 @@ def run_plan(program: Program) -> RunPlan:
 
 
 def _make_plan(program: Program) -> RunPlan:
-    sizes = {b.name: b.nbytes for b in program.buffers}
-    ops = []
-    for step in op_steps(program):  # the interpreter's per-op layouts, derived once too
-        op, dst, reads = step.op, step.dst, step.reads
-        buffers = tuple(sorted({r.view.buffer for _, r in reads}))
-        ops.append(OpPlan(op, dst, reads, tuple([(f, r.view.buffer, r) for f, r in reads]),
-                          dict(reads), {f: (r.view.buffer, r.starts) for f, r in reads},
-                          buffers,
-                          sum([sizes[b] for b in buffers]), op.spec.partial,
-                          dst.view.is_float, step.draws))
+    # from the interpreter's per-op layouts, derived once too
+    ops = tuple([OpPlan(step.op, step.dst, step.reads, dict(step.reads), step.op.spec.partial,
+                        step.dst.view.is_float, step.draws) for step in op_steps(program)])
     weights = np.asarray(program.loss.weights, dtype=np.float64)
     weights.setflags(write=False)
-    return RunPlan(program.segment_bounds(), program.nbytes, tuple(ops), weights)
+    return RunPlan(program.segment_bounds(), program.nbytes, ops, weights)
 
 
 # ---------------------------------------------------------------- recovery records
@@ -446,13 +437,13 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
         if rec.where is not where or rec.op is not op:  # the rule sees op k of this
             # program and what it wrote as derived here
             rec = OpValues(k, op, dst.dtype, dst.size, rec.operands, rec.draws, where)
-        slots = plan.slots
+        sources = plan.sources
         for f, c in rule(rec, g).items():
-            buffer, at = slots[f]
+            src = sources[f]
             if xp is np:  # a view's elements never overlap: its starts are distinct slots
-                adj[buffer][at] += c
+                adj[src.view.buffer][src.starts] += c
             else:
-                scatter_add(xp, adj[buffer], plan.sources[f].starts_in(xp), c)
+                scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 
 
 @quiet

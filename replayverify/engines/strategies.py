@@ -57,12 +57,16 @@ class Eager(Strategy):
         return buf.copy()
 
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
-        plan = tape.plans[k]
         keep, buffers = self.keep_buffer, state.buffers
-        saved = {}
-        for name in plan.read_buffers:
-            saved[name] = keep(buffers[name])
-        tape.keep(s, ("eager", k), (saved, state.rng), plan.read_buffers_nbytes + RNG_BYTES)
+        saved = {}  # each buffer an operand lies in, once
+        nbytes = RNG_BYTES
+        for _, lay in tape.plans[k].reads:
+            name = lay.view.buffer
+            if name not in saved:
+                buf = buffers[name]
+                saved[name] = keep(buf)
+                nbytes += buf.nbytes
+        tape.keep(s, ("eager", k), (saved, state.rng), nbytes)
 
     def rng_for(self, tape: Tape, k: int, saved_rng, state: State):
         return saved_rng
@@ -75,9 +79,9 @@ class Eager(Strategy):
             saved, rng = data[("eager", k)]
             plan = plans[k]
             operands = {}
-            for f, buf, lay in plan.read_at:  # each operand gathered from its saved buffer
-                operands[f] = (saved[buf][lay.byte_index].view(lay.dtype) if xp is np
-                               else gather_view(saved, lay, xp))
+            for f, lay in plan.reads:  # each operand gathered from its saved buffer
+                operands[f] = (saved[lay.view.buffer][lay.byte_index].view(lay.dtype)
+                               if xp is np else gather_view(saved, lay, xp))
             draws = redraw(tape, k, self.rng_for(tape, k, rng, state)) if plan.draws else None
             ops.append(tape.record(k, operands, draws))
         return Recovery(ops)
@@ -177,6 +181,33 @@ def _union(lays: list[ViewLayout], nbytes: int) -> tuple[np.ndarray, dict[str, n
     return idx, {lay.view.name: idx.searchsorted(i) for lay, i in zip(lays, indices)}
 
 
+def _distinct_views(sources: dict[str, ViewLayout], fields: tuple[str, ...], state: State
+                    ) -> tuple[list[Any] | None, dict[str, tuple[int, None]] | None, int]:
+    """The read set of an op whose every buffer it reads (``fields``) is read through one
+    view, as :class:`ReadSetPlan` keeps it: each view's values once (fresh copies), where
+    each field's values sit, their bytes; (None, None, 0) when some buffer is read through
+    two views. Made as it is kept: most ops read such sets, and they need no plan."""
+    kept: list[Any] = []
+    at: dict[str, tuple[int, None]] = {}
+    seen: dict[str, tuple[str, int]] = {}  # buffer -> (its view read, the part keeping it)
+    nbytes = 0
+    for f in fields:
+        lay = sources[f]
+        view = lay.view
+        hit = seen.get(view.buffer)
+        if hit is None:
+            seen[view.buffer] = (view.name, len(kept))
+            at[f] = (len(kept), None)
+            values = state.read_flat(lay)
+            kept.append(values)
+            nbytes += values.nbytes
+        elif hit[0] == view.name:
+            at[f] = (hit[1], None)
+        else:
+            return None, None, 0
+    return kept, at, nbytes
+
+
 class ReadSet(Strategy):
     """Retains the bytes each op reads (the union over its read views) and, for draw
     ops, R before the op; reads the retained operands directly.
@@ -193,14 +224,17 @@ class ReadSet(Strategy):
         return readset_plan(tape, k, tuple(self.retained_fields(tape.plans[k].op)))
 
     def capture(self, tape: Tape, s: int, k: int, state: State) -> None:
-        plan = self.plan(tape, k)
-        unions, at = plan.arrays(tape.xp)
-        read = state.read_flat
-        kept = [read(lay) for lay in plan.views]  # fresh copies
-        if unions:
+        op = tape.plans[k]
+        fields = tuple(self.retained_fields(op.op))
+        kept, at, nbytes = _distinct_views(op.sources, fields, state)
+        if kept is None:  # a buffer read through several views: their union, planned once
+            plan = readset_plan(tape, k, fields)
+            unions, at = plan.arrays(tape.xp)
+            kept = [state.read_flat(lay) for lay in plan.views]  # fresh copies
             kept += [state.buffers[name][idx] for name, idx in unions]
-        rng = state.rng if tape.plans[k].draws else None
-        nbytes = plan.nbytes + (RNG_BYTES if rng else 0)
+            nbytes = plan.nbytes
+        rng = state.rng if op.draws else None
+        nbytes += RNG_BYTES if rng else 0
         # ``at`` (where each retained operand sits in ``kept``) is the program's: not charged
         tape.keep(s, ("readset", k), (kept, rng, at), nbytes)
 

@@ -69,21 +69,19 @@ def program_coverage(ex: Execution) -> dict:
     """What one program exercised (JSON-ready; :func:`coverage_summary` adds them up)."""
     program = ex.program
     views = {v.name: v for v in program.views}
-    named = set()  # (op kind, field, view) of every view an op names, each once
-    draws = set()
+    label = {v.name: f"{view_kind(v)}|{v.dtype}" for v in program.views}  # its cell's
+    two_d = {v.name for v in program.views if len(v.shape) == 2}
+    cells, fields_2d, draws = set(), set(), set()  # each view an op names counts
     bounds = program.segment_bounds()
     for k, op in enumerate(program.ops):
         kind, fields, drawing = _KIND[op.kind]
         for f in fields:  # (a plain loop: a comprehension is a function call in 3.11)
-            named.add((kind, f, getattr(op, f)))
+            name = getattr(op, f)
+            cells.add(f"{kind}|{label[name]}")
+            if name in two_d:
+                fields_2d.add(f)
         if drawing:
             draws.add(_draw_position(k, bounds))
-    cell_of = {}  # a view's (view kind, dtype) label, made once per view named
-    for _, _, name in named:
-        if name not in cell_of:
-            cell_of[name] = f"{view_kind(views[name])}|{views[name].dtype}"
-    cells = sorted({f"{kind}|{cell_of[name]}" for kind, _, name in named})
-    fields_2d = sorted({f for _, f, name in named if len(views[name].shape) == 2})
     by_buffer: dict[str, set[str]] = {}
     for v in program.views:
         by_buffer.setdefault(v.buffer, set()).add(v.dtype)
@@ -92,13 +90,13 @@ def program_coverage(ex: Execution) -> dict:
     # program can have such reads: only refused programs are followed.
     reads = set() if ex.admission.supported else _reads_of_other_dtypes(ex, views, by_buffer)
     return {
-        "cells": cells,
+        "cells": sorted(cells),
         "refusal": "" if ex.admission.supported else refusal_kind(ex.admission.reason),
         "float_reads_of_other_dtypes": sorted(reads),
         "both_float_dtypes_on_one_buffer": any(set(FLOAT_DTYPES) <= d
                                                for d in by_buffer.values()),
         "view_dtypes": sorted({v.dtype for v in program.views}),
-        "fields_2d": fields_2d,
+        "fields_2d": sorted(fields_2d),
         "draw_positions": sorted(draws),
     }
 

@@ -303,6 +303,21 @@ def test_the_encoding_of_non_finite_numbers() -> None:
     assert decode_float("other") == "other"
 
 
+def test_dumps_writes_what_json_dumps_writes() -> None:
+    # dumps keeps json's C encoder between calls: the same text as json.dumps, keys
+    # sorted or not; documents json refuses (non-finite, numpy scalars) take the fallback
+    import numpy as np
+
+    docs = [{"b": 1, "a": [1.5, None, True, "\u00e9\n"], "3": {"z": (), "y": -0.0}},
+            "text", 2.5, [], {"big": 10**30, "tiny": 5e-324, "s": "\ud7ff\x7f"}, {3: 1}]
+    for doc in docs:
+        for sort in (False, True):
+            assert dumps(doc, sort_keys=sort) == json.dumps(doc, sort_keys=sort)
+    assert dumps({"b": np.float64(2), "a": math.inf}, sort_keys=True) == \
+        '{"a": "Infinity", "b": 2.0}'
+    assert dumps([1, 2], indent=1) == json.dumps([1, 2], indent=1)
+
+
 # ---------------------------------------------------------------- planner numbers
 
 

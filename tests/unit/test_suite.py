@@ -273,3 +273,26 @@ def test_a_suite_program_is_executed_once_per_generation_attempt(monkeypatch):
     out = run_job(Job(pid, None, False, 60.0))
     assert not any(r.failing for r in out.records)
     assert len(calls) == out.stats["attempts"]
+
+
+def test_overlapping_writes_count_ops_with_a_source_sharing_a_byte_with_dst():
+    """program_stats asks np.shares_memory; the definition: an op whose destination and
+    one of its other sources (same buffer) have a byte index in common."""
+    import numpy as np
+
+    from replayverify.programs.model import OP_SPECS, view_bytes
+    from replayverify.verifier.suite import program_stats
+
+    for family in ("derivative", "bytes", "alias", "mixed", "hazard"):
+        for index in range(6):
+            g = ProgramId(1, family, index).generate()
+            p = g.program
+            views = {v.name: v for v in p.views}
+            expected = 0
+            for op in p.ops:
+                dst = views[op.dst]
+                srcs = [views[getattr(op, f)] for f in OP_SPECS[op.kind].sources]
+                expected += any(s.buffer == dst.buffer and s.name != dst.name and
+                                np.intersect1d(view_bytes(s), view_bytes(dst)).size
+                                for s in srcs)
+            assert program_stats(g.execution, g.attempts)["overlapping_writes"] == expected

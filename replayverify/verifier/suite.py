@@ -11,11 +11,13 @@ are ``verifier/journal.py``'s, which the cohort shares).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,6 +263,24 @@ def _prepare(cfg: SuiteConfig) -> tuple[Journal, list[Record], list[dict]]:
     return journal, read_records(cfg.out / SUITE_FILES["records_bytes"]), stats
 
 
+@contextmanager
+def _collector_skips_the_heap() -> Iterator[None]:
+    """Freeze the objects this process holds before the run out of the garbage collector's
+    generations (``gc.freeze``), and give them back after. The run keeps ~60 new objects
+    per program (records, statistics), whose growth sets off full collections, and each
+    would walk the whole heap (the modules, the caller's data): ~20 ms per 1,024 programs
+    from the command line, ~45 ms with the benchmark's programs in memory. A caller that
+    froze objects itself keeps them as they are."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def run_suite(cfg: SuiteConfig,
               on_program: Callable[[Outcome | None, int], None] | None = None,
               executor: Executor | None = None) -> dict:
@@ -282,7 +302,7 @@ def run_suite(cfg: SuiteConfig,
     jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
     if on_program is not None and done:
         on_program(None, done)
-    with journal:
+    with journal, _collector_skips_the_heap():
         for outcome in executor.map(run_job, jobs, name=lambda j: str(j.pid), lost=_lost):
             line = {"program": outcome.pid, **outcome.stats}
             journal.append({

@@ -111,3 +111,18 @@ def test_a_kind_is_drawn_as_rng_choice_draws_it():
             for _ in range(20):
                 assert _pick_kind(b, weights) is kinds[int(rng.choice(len(kinds), p=p))]
             assert b.rng.random() == rng.random()
+
+
+def test_seed_words_as_uint32_seed_what_the_list_seeds():
+    """An attempt's generator is seeded with its words as a uint32 array when each fits
+    one word: the same generator as the list of ints (a larger index keeps the list)."""
+    import numpy as np
+
+    from replayverify.programs.generate import _seed_words
+
+    for seed, index in ((0, 0), (3, 11), (2**40 + 5, 2**32 - 1), (-7, 123456), (1, 2**32)):
+        words = _seed_words(seed, index, "derivative", 4)
+        as_list = [int(w) for w in words] if isinstance(words, np.ndarray) else words
+        assert isinstance(words, np.ndarray) == (index < 2**32)
+        assert (np.random.default_rng(words).bit_generator.state
+                == np.random.default_rng(as_list).bit_generator.state)

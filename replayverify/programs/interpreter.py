@@ -478,6 +478,9 @@ class _Versions:
         self.words = {b.name: np.zeros(-(-b.nbytes // 4), self.id_dtype)
                       for b in program.buffers}
         self._strided: dict[str, np.ndarray] = {}
+        # every id (and id plus one) this run can hand out, made once: an op's ids are a
+        # slice of it (read-only: OpVersions and the sweeps share the slices)
+        self._ids = _id_range(self.tag.size)
 
     def _words_of(self, layout: ViewLayout) -> np.ndarray:
         """The words of the view's elements, shape (*view shape, words per element), as a
@@ -505,9 +508,10 @@ class _Versions:
             grown = np.zeros(max(2 * self.tag.size, lo + m), np.int64)
             grown[:lo] = self.tag[:lo]
             self.tag = grown
+            self._ids = _id_range(grown.size)
         self.tag[lo: lo + m] = tags
-        ids = np.arange(lo - 1, lo - 1 + m)  # intp, like every id array handed out
-        stored = ids + 1  # ids plus one, cast to the id dtype as they are stored
+        ids = self._ids[lo - 1: lo - 1 + m]  # intp, like every id array handed out
+        stored = self._ids[lo: lo + m]  # ids plus one, cast to the id dtype as they are stored
         target = self._words_of(layout)
         if where is None:
             target[...] = stored.reshape(target.shape[:-1] + (1,))
@@ -572,6 +576,12 @@ class _Versions:
         src = "an input" if self._op_of(v) == INPUT_OP else f"op {self._op_of(v)}"
         return (f"{where} of bytes written by {src} as {self._dtype_of(v)} "
                 f"at a different byte extent")
+
+
+def _id_range(n: int) -> np.ndarray:
+    ids = np.arange(n)  # intp
+    ids.setflags(write=False)
+    return ids
 
 
 @dataclass

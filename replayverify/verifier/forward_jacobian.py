@@ -153,9 +153,8 @@ class _ViewTags(NamedTuple):
     """
 
     name: str
-    buffer: str
     size: int
-    words: np.ndarray  # index of each element's words in the buffer's tag array
+    words: np.ndarray  # index of each element's words in the storage's tag array
     own: np.ndarray | None  # float views: the address of each element (its tangent row)
     rows: slice | np.ndarray | None  # ``own`` as a slice when consecutive: no gather/scatter
     own_tags: np.ndarray | None  # ``own`` repeated per word: the tags its own writes leave
@@ -179,6 +178,7 @@ class _Plan:
     """Everything the forward Jacobian derives from the program alone."""
 
     addresses: Addresses
+    words: int  # 4-byte words of the storage: every buffer's, end to end
     n_coords: int
     inputs: tuple[_ViewTags, ...]
     steps: tuple[_TangentStep, ...]
@@ -200,47 +200,50 @@ def _derive_plan(program: Program) -> _Plan:
     # (Plain loops over views and ops: a comprehension per op or view costs more than
     # the few items it builds.)
     lay = layouts(program)
-    los = [lay[v.name] for v in program.views]
-    # address key = (buffer, first byte, itemsize) as one integer in the same lexicographic
-    # order (the itemsize distinguishes float32 from float64); ids are the keys' ranks
-    buf_id = {b.name: i for i, b in enumerate(program.buffers)}
-    span = max(b.nbytes for b in program.buffers) + 1
-    starts, sizes, key_of_view = [np.empty(0, np.int64)], [], []  # float views'
+    # The buffers end to end, each from a word boundary (``base``: its first word there):
+    # one tag array covers the whole storage, so a view's words are one index array.
+    base, n_words = {}, 0
+    for b in program.buffers:
+        base[b.name] = n_words
+        n_words += -(-b.nbytes // WORD)
+    floats, others = [], []  # float views first: they own the addresses
+    for lo in lay.values():
+        (floats if lo.view.is_float else others).append(lo)
+    los = floats + others
+    sizes, key_of_view = [], []
     for lo in los:
-        if lo.view.is_float:
-            starts.append(lo.starts)
-            sizes.append(lo.size)
-            key_of_view.append(buf_id[lo.view.buffer] * span * 2 + (lo.dtype.itemsize == 8))
-    keys = np.concatenate(starts) * 2 + np.repeat(key_of_view, sizes)
-    uniq = unique_ints(keys)
-    ids = np.searchsorted(uniq, keys)
-    bounds = list(itertools.accumulate(sizes, initial=0))  # each float view's first element
-    rows = as_slices(ids, bounds)
+        sizes.append(lo.size)
+        key_of_view.append(2 * base[lo.view.buffer] + (lo.dtype.itemsize == 8))
+    # Per element, key = 2 * (its first word in the storage) + (itemsize == 8), since every
+    # element starts on a word: key // 2 is that word, and an address is a distinct key of
+    # a float element (the itemsize tells float32 from float64). Ids are the keys' ranks:
+    # addresses in the order of (buffer, first byte, itemsize).
+    keys = np.concatenate([lo.starts for lo in los]) // (WORD // 2) + np.repeat(key_of_view,
+                                                                              sizes)
+    bounds = list(itertools.accumulate(sizes, initial=0))  # each view's first element
+    n_float = len(floats)
+    float_keys = keys[:bounds[n_float]]
+    ids, count = _ranks(float_keys, 2 * n_words)
+    rows = as_slices(ids, bounds[:n_float + 1])
     # Per element, two words and two tags, flat: element j's first word (and tag) at 2j,
     # the second, used by 8-byte elements, at 2j + 1. A view's words and tags are then one
     # slice (every second entry for 4-byte elements).
     own2 = np.repeat(ids, 2)  # float views' elements
-    words2 = ((np.concatenate([lo.starts for lo in los]) // WORD)[:, None]
-              + np.arange(2)).reshape(-1)  # every view's elements
+    words2 = ((keys // 2)[:, None] + np.arange(2)).reshape(-1)  # every view's
 
     views: dict[str, _ViewTags] = {}
     of_view: dict[str, np.ndarray] = {}
-    at = fat = 0
-    floats_at = iter(zip(bounds, rows))
-    for lo in los:
-        n, name, wide = lo.size, lo.view.name, lo.dtype.itemsize == 8
+    for i, lo in enumerate(los):
+        at, n, name, wide = bounds[i], lo.size, lo.view.name, lo.dtype.itemsize == 8
         words = words2[2 * at:2 * (at + n)] if wide else words2[2 * at:2 * (at + n):2]
-        own = r = tags = None
-        if lo.view.is_float:
-            fat, r = next(floats_at)
-            own = of_view[name] = ids[fat:fat + n]
-            tags = own2[2 * fat:2 * (fat + n)] if wide else own
-        views[name] = _ViewTags(name, lo.view.buffer, n, words, own, r, tags,
-                                b"" if tags is None else tags.tobytes(),
-                                CONST_TAGS * (2 * n if wide else n))
-        at += n
+        const = CONST_TAGS * (2 * n if wide else n)
+        if i < n_float:
+            own = of_view[name] = ids[at:at + n]
+            tags = own2[2 * at:2 * (at + n)] if wide else own
+            views[name] = _ViewTags(name, n, words, own, rows[i], tags, tags.tobytes(), const)
+        else:
+            views[name] = _ViewTags(name, n, words, None, None, None, b"", const)
 
-    f64 = {lo.view.name: lo.dtype.char == "d" for lo in los}
     steps = []
     for op in program.ops:
         dst = lay[op.dst]
@@ -251,14 +254,27 @@ def _derive_plan(program: Program) -> _Plan:
         for f in op.spec.sources:
             name = getattr(op, f)
             sources.append((f, views[name]))
-            cast = cast or not f64[name]
+            cast = cast or lay[name].dtype.char != "d"
         steps.append(_TangentStep(op, views[op.dst], True, tuple(sources), cast,
                                   coefs_of(op, dst.dtype)))
     inputs = tuple([views[name] for name in program.inputs])
     loss = program.loss.view
-    return _Plan(Addresses(int(uniq.size), of_view), sum([t.size for t in inputs]), inputs,
-                 tuple(steps), views[loss], lay[loss].view.is_float,
-                 np.asarray(program.loss.weights, dtype=np.float64))
+    return _Plan(Addresses(count, of_view), n_words,
+                 sum([t.size for t in inputs]), inputs, tuple(steps), views[loss],
+                 lay[loss].view.is_float, np.asarray(program.loss.weights, dtype=np.float64))
+
+
+def _ranks(keys: np.ndarray, span: int) -> tuple[np.ndarray, int]:
+    """Each key's rank among the distinct keys (0, 1, ...) and how many there are; keys
+    lie in [0, span). When the span is not much more than their number (the common case),
+    counted on a bitmap by one cumulative sum, else by sorting the distinct keys."""
+    if span <= 8 * keys.size + 4096:
+        seen = np.zeros(span, dtype=bool)
+        seen[keys] = True
+        rank = np.cumsum(seen)  # keys up to each: a key's rank is that count less one
+        return rank[keys] - 1, int(rank[-1])
+    distinct = unique_ints(keys)
+    return np.searchsorted(distinct, keys), int(distinct.size)
 
 
 @dataclass(frozen=True)
@@ -276,12 +292,12 @@ class ForwardJacobian:
 
 
 class _Shadow:
-    """Tangent rows per address and a per-word tag of the address that last wrote it."""
+    """Tangent rows per address and a per-word tag of the address that last wrote it
+    (one tag array for the whole storage: the plan's view words index it)."""
 
-    def __init__(self, program: Program, plan: _Plan, precision: type = PRECISION):
+    def __init__(self, plan: _Plan, precision: type = PRECISION):
         self.tangent = np.zeros((plan.addresses.count, plan.n_coords), dtype=precision)
-        self.tags = {b.name: np.full(-(-b.nbytes // WORD), CONST, np.int64)
-                     for b in program.buffers}
+        self.tags = np.full(plan.words, CONST, np.int64)
 
     def read(self, vt: _ViewTags) -> tuple[np.ndarray, int | None]:
         """Tangents (elements, coordinates) of a float view; the first undefined element.
@@ -292,7 +308,7 @@ class _Shadow:
         test says what the element test says; (ii) a CONST element's tangent row was never
         written either: it is still 0. Defined elements therefore read their own rows.
         """
-        tags = self.tags[vt.buffer][vt.words]
+        tags = self.tags[vt.words]
         raw = tags.tobytes()
         if raw != vt.all_own and raw != vt.all_const:
             ok = (tags == vt.own_tags) | (tags == CONST)
@@ -306,11 +322,11 @@ class _Shadow:
         """Write an input: its element j gets the tangent e_(first + j)."""
         self.tangent[vt.rows] = 0.0
         self.tangent[vt.own, first + np.arange(vt.size)] = 1.0
-        self.tags[vt.buffer][vt.words] = vt.own_tags
+        self.tags[vt.words] = vt.own_tags
 
     def write(self, vt: _ViewTags, tangent: np.ndarray | None, where) -> None:
         """Tangents of the written elements (None: an integer write, tangent undefined)."""
-        tags = self.tags[vt.buffer]
+        tags = self.tags
         if where is None:
             if tangent is None:
                 tags[vt.words] = INT_WRITTEN
@@ -326,7 +342,7 @@ class _Shadow:
         tags[words] = vt.own_tags.reshape(vt.size, -1)[where]
 
     def why(self, vt: _ViewTags, j: int, what: str) -> str:
-        tags = self.tags[vt.buffer][vt.words.reshape(vt.size, -1)[j]]
+        tags = self.tags[vt.words.reshape(vt.size, -1)[j]]
         where = f"float read at {what} (view {vt.name!r} element {j})"
         if np.any(tags == INT_WRITTEN):
             return f"{where}: its bytes were last written by an integer op"
@@ -351,7 +367,7 @@ def forward_jacobian(
     """
     plan = _plan(program)
     n_coords = plan.n_coords
-    shadow = _Shadow(program, plan, precision)
+    shadow = _Shadow(plan, precision)
     at = 0
     for vt in plan.inputs:
         shadow.seed(vt, at)

@@ -419,6 +419,7 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
     What op ``k`` wrote follows from the *recovered* operands (a wrong recovered index
     misplaces the adjoints, as it would in a real engine)."""
     xp = tape.xp
+    on_numpy = xp is np  # the layouts' own index arrays, read directly
     plans = tape.plans
     for j in reversed(range(len(ops))):
         k, rec = first + j, ops[j]
@@ -429,9 +430,9 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
         # only float writes carry derivatives: an integer op's written slots are just cleared
         rule = REVERSE[op.kind] if plan.float_write else None
         if rule is not None:
-            starts = dst.starts_in(xp)
+            starts = dst.starts if on_numpy else dst.starts_in(xp)
             g = a[starts if where is None else starts[where]]
-        a[dst.bytes_of(where, xp)] = 0.0
+        a[dst.byte_index if on_numpy and where is None else dst.bytes_of(where, xp)] = 0.0
         if rule is None or g.size == 0:
             continue
         if rec.where is not where or rec.op is not op:  # the rule sees op k of this
@@ -440,7 +441,7 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
         sources = plan.sources
         for f, c in rule(rec, g).items():
             src = sources[f]
-            if xp is np:  # a view's elements never overlap: its starts are distinct slots
+            if on_numpy:  # a view's elements never overlap: its starts are distinct slots
                 adj[src.view.buffer][src.starts] += c
             else:
                 scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)

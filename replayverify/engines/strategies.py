@@ -27,13 +27,17 @@ from replayverify.engines.base import (
 )
 from replayverify.programs.arrays import unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
-from replayverify.programs.model import Op, Program
+from replayverify.programs.model import OP_SPECS, Op, OpKind, Program
 from replayverify.programs.state import State, ViewLayout
 
 
 def read_fields(op: Op) -> tuple[str, ...]:
     """The fields whose views an op reads: its value sources, then its index."""
-    return op.spec.reads
+    return READ_FIELDS[op.kind]
+
+
+# per op kind (``OpSpec.reads`` builds its tuple on every call; a read set asks per op)
+READ_FIELDS: dict[OpKind, tuple[str, ...]] = {kind: spec.reads for kind, spec in OP_SPECS.items()}
 
 
 def redraw(tape: Tape, k: int, rng) -> np.ndarray | None:
@@ -92,7 +96,9 @@ class Eager(Strategy):
 
 class ReadSetPlan(NamedTuple):
     """How a read set keeps the retained operands of one op, derived once per program and
-    set of retained fields (:func:`readset_plan`).
+    set of retained fields (:func:`readset_plan`) for ops that read a buffer through
+    several views; the others keep the same parts as they read them
+    (:func:`_distinct_views`).
 
     A buffer the op reads (retained fields) through one view is kept as that view's values:
     exactly its bytes, since a view never overlaps itself. A buffer read through several
@@ -235,7 +241,8 @@ class ReadSet(Strategy):
             nbytes = plan.nbytes
         rng = state.rng if op.draws else None
         nbytes += RNG_BYTES if rng else 0
-        # ``at`` (where each retained operand sits in ``kept``) is the program's: not charged
+        # ``at`` (where each retained operand sits in ``kept``) follows from the program: it
+        # is not charged
         tape.keep(s, ("readset", k), (kept, rng, at), nbytes)
 
     def before(self, tape: Tape, s: int, k: int, state: State) -> None:
@@ -254,7 +261,8 @@ class ReadSet(Strategy):
                     operands[f] = kept[part] if pos is None else kept[part][pos].view(lay.dtype)
                 else:  # not retained: whatever the live storage holds now
                     operands[f] = state.read_flat(lay)
-            ops.append(tape.record(k, operands, redraw(tape, k, rng)))
+            # (R is kept for draw ops only)
+            ops.append(tape.record(k, operands, None if rng is None else redraw(tape, k, rng)))
         return Recovery(ops)
 
 

@@ -24,10 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from replayverify.programs.generate import FAMILIES, Generated, generate_with_attempts
-from replayverify.programs.interpreter import Execution
+from replayverify.programs.interpreter import Execution, stale_operands
 from replayverify.programs.model import OP_SPECS, Program, View
+from replayverify.programs.state import layouts
 from replayverify.untrusted import dumps
 from replayverify.verifier.compare import Verdict
+from replayverify.verifier.coverage import program_coverage
 from replayverify.verifier.executors import Executor, ProcessPool, TaskTimeout, time_limit
 from replayverify.verifier.journal import Journal, open_journal
 from replayverify.verifier.records import (
@@ -151,10 +153,6 @@ def _strided(v: View) -> bool:
 
 def program_stats(ex: Execution, attempts: int) -> dict:
     """What was generated: op kinds, overlapping writes, integer aliases, hazards, draws."""
-    from replayverify.programs.interpreter import stale_operands
-    from replayverify.programs.state import layouts
-    from replayverify.verifier.coverage import program_coverage
-
     program = ex.program
     lay = layouts(program)
     views = {v.name: v for v in program.views}
@@ -292,7 +290,6 @@ def run_suite(cfg: SuiteConfig,
     # run_job's checks imported here, before local workers fork, instead of once in each
     import replayverify.verifier.check  # noqa: F401
     from replayverify.verifier.report import write_outputs
-    from replayverify.verifier.shrink import shrink_failures
 
     start = time.perf_counter()
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
@@ -316,6 +313,8 @@ def run_suite(cfg: SuiteConfig,
                 on_program(outcome, 1)
     failures = []
     if any(r.failing for r in records):
+        from replayverify.verifier.shrink import shrink_failures  # (only a failing run needs it)
+
         failures = shrink_failures(cfg.out, records, build_program, mutants=cfg.mutants,
                                    limit=cfg.max_shrink if cfg.shrink else 0)
     return write_outputs(cfg, records, stats, time.perf_counter() - start, failures)

@@ -67,6 +67,12 @@ def _raise_timeout(signum, frame):  # pragma: no cover - runs in the signal hand
     raise TaskTimeout
 
 
+# True in a local worker process (``_serve``), where SIGALRM is time_limit's alone: the
+# handler is installed once there, and a task only arms and disarms the timer (the signal
+# module's signal() costs ~3 us a call: it converts the handler it returns to an enum)
+_ALARM_IS_OURS = False
+
+
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
     """Raise ``TaskTimeout`` in this thread once ``seconds`` have passed (0: no limit).
@@ -80,13 +86,16 @@ def time_limit(seconds: float) -> Iterator[None]:
         yield
         return
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM"):
-        old = signal.signal(signal.SIGALRM, _raise_timeout)
+        install = not _ALARM_IS_OURS
+        if install:
+            old = signal.signal(signal.SIGALRM, _raise_timeout)
         signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
             yield
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
+            if install:
+                signal.signal(signal.SIGALRM, old)
         return
     tid = ctypes.c_ulong(threading.get_ident())
     lock = threading.Lock()
@@ -126,12 +135,17 @@ def _serve(conn: Connection, fn: Callable[[T], R], inherited: list[Connection]) 
     away), ignores SIGINT (a terminal sends Ctrl-C to the whole group; the parent stops
     its workers itself) and exits when the parent's end of its pipe closes. What it
     inherited is frozen out of its garbage collections (``gc.freeze``): a full collection
-    would otherwise walk, and copy page by page, the parent's whole heap.
+    would otherwise walk, and copy page by page, the parent's whole heap. Its SIGALRM
+    handler is :func:`time_limit`'s, for good.
     """
+    global _ALARM_IS_OURS
     gc.freeze()
     for other in inherited:
         other.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, _raise_timeout)
+        _ALARM_IS_OURS = True
     try:
         while (batch := conn.recv()) is not None:
             out: list = []

@@ -215,7 +215,9 @@ def test_junit_and_report_are_written(tmp_path):
     assert sum(gen["families"].values()) == 4 and gen["ops"]
 
 
-def test_a_program_that_raises_or_times_out_becomes_an_error_record(tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", [1, 2])  # 2: worker processes keep their alarm handler
+def test_a_program_that_raises_or_times_out_becomes_an_error_record(tmp_path, monkeypatch,
+                                                                    workers):
     import replayverify.verifier.check as check_mod
 
     real = check_mod.check_execution
@@ -228,7 +230,7 @@ def test_a_program_that_raises_or_times_out_becomes_an_error_record(tmp_path, mo
         return real(ex, **kw)
 
     monkeypatch.setattr(check_mod, "check_execution", flaky)
-    s = run_suite(SuiteConfig(programs=4, seed=0, workers=1, out=tmp_path, timeout=0.5,
+    s = run_suite(SuiteConfig(programs=4, seed=0, workers=workers, out=tmp_path, timeout=0.5,
                               shrink=False))
     recs = read_records(tmp_path / "records.jsonl")
     errors = {r.program: r.detail for r in recs if r.outcome == "error"}

@@ -242,13 +242,13 @@ def _one_line(sort_keys: bool) -> Any:
                 json.encoder.encode_basestring_ascii, None, ": ", ", ", sort_keys, False, False)
 
 
-_ONE_LINE = {False: _one_line(False), True: _one_line(True)}  # by sort_keys
+_ONE_LINE, _ONE_LINE_SORTED = _one_line(False), _one_line(True)
 
 
 def dumps(obj: Any, **kwargs: Any) -> str:
     """Strict RFC 8259 JSON: non-finite floats encoded by :func:`encode`, never NaN tokens."""
-    one_line = _ONE_LINE[bool(kwargs.get("sort_keys"))] if kwargs.keys() <= {"sort_keys"} \
-        else None
+    one_line = _ONE_LINE if not kwargs else \
+        _ONE_LINE_SORTED if kwargs == {"sort_keys": True} else None
     try:  # most documents (a suite's records) hold no non-finite float and no numpy scalar
         if one_line is not None:
             return "".join(one_line(obj, 0))

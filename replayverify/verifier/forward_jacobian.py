@@ -349,6 +349,20 @@ class _Shadow:
         return f"{where}: its bytes are not one float write of this element's address"
 
 
+def _no_tangent(k: int, step: _TangentStep) -> ValueError:
+    return ValueError(f"op {k}: {step.op.kind.value} writes a float view but has no tangent")
+
+
+def _refusal(k: int, reason: str, steps: Sequence[_TangentStep],
+             tangent: Mapping[OpKind, TangentRule | None]) -> ForwardJacobian:
+    """The result once op ``k`` reads undefined bytes; a float op from ``k`` on whose kind
+    has no tangent rule is still the error it is when the whole run is made."""
+    for j in range(k, len(steps)):
+        if steps[j].is_float and tangent[steps[j].op.kind] is None:
+            raise _no_tangent(j, steps[j])
+    return ForwardJacobian(None, k, reason)
+
+
 @quiet
 def forward_jacobian(
     program: Program,
@@ -373,7 +387,6 @@ def forward_jacobian(
         shadow.seed(vt, at)
         at += vt.size
 
-    refused: tuple[int | None, str] | None = None
     values_of = evaluations(program, forward=forward) if run is None else run
     for k, (step, ev) in enumerate(zip(plan.steps, values_of)):
         if not step.is_float:
@@ -382,12 +395,13 @@ def forward_jacobian(
         tans = {}
         for f, src in step.sources:
             tans[f], bad = shadow.read(src)
-            if bad is not None and refused is None:
-                refused = (k, shadow.why(src, bad, f"op {k}"))
+            if bad is not None and plan.loss_float:
+                # The first float read of undefined bytes decides the result (no gradient):
+                # nothing the remaining ops propagate can change it, so they are not run.
+                return _refusal(k, shadow.why(src, bad, f"op {k}"), plan.steps, tangent)
         rule = tangent[step.op.kind]
         if rule is None:
-            raise ValueError(f"op {k}: {step.op.kind.value} writes a float view but has no "
-                             "tangent")
+            raise _no_tangent(k, step)
         values = ev.operands
         if step.cast:  # (quiet: float32 sNaN bits from integer writes warn in the cast)
             values = {f: (a.astype(np.float64) if f != "index" else a)
@@ -395,14 +409,12 @@ def forward_jacobian(
         t_out, where = rule(step.coefs, values, tans, ev.draws, step.dst.size)
         shadow.write(step.dst, t_out, where)
 
-    if not plan.loss_float:
+    if not plan.loss_float:  # (undefined reads do not matter then: the gradient is 0)
         return ForwardJacobian(np.zeros(n_coords),
                                loss_tangent=np.zeros((plan.loss.size, n_coords)))
     t_loss, bad = shadow.read(plan.loss)
-    if bad is not None and refused is None:
-        refused = (None, shadow.why(plan.loss, bad, "the loss"))
-    if refused is not None:
-        return ForwardJacobian(None, refused[0], refused[1])
+    if bad is not None:
+        return ForwardJacobian(None, None, shadow.why(plan.loss, bad, "the loss"))
     w = plan.weights.astype(precision)
     grad = np.sum(w[:, None] * t_loss, axis=0)  # (overflow is a legal value: quiet)
     return ForwardJacobian(grad.astype(np.float64), loss_tangent=t_loss)

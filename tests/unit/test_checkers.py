@@ -99,6 +99,15 @@ def test_integer_write_under_float_read_is_unsupported_exactly_there():
     assert rec["bytes"].outcome == "match"  # byte checks run on every admitted program
 
 
+def test_a_refusal_ends_the_forward_jacobian_but_a_missing_tangent_rule_is_still_an_error():
+    # The first read of undefined bytes decides the result, so the ops after it are not
+    # propagated; a float op from there on without a tangent rule is the same error as when
+    # every op ran.
+    p = load("int-write-under-float-read")
+    with pytest.raises(ValueError, match="op 2: sin writes a float view but has no tangent"):
+        forward_jacobian(p, tangent={**TANGENT, OpKind.SIN: None})
+
+
 def test_integer_reads_of_float_bits_keep_the_derivative():
     p = load("int-reads-float-bits")
     ex = execute(p)

@@ -375,9 +375,10 @@ def forward_jacobian(
     """dL/d(inputs) by forward tangents through the storage, all coordinates at once.
 
     Tangents are carried in ``precision`` (extended by default) and the gradient is
-    rounded to float64 once at the end. ``run``: every op's values from the program's
-    plain run from B_0 with ``forward`` (``check`` makes it once, for the references);
-    without it the ops are run here.
+    rounded to float64 once at the end. The first float read of undefined bytes ends the
+    run (the result is that refusal) unless the loss is not float. ``run``: every op's
+    values from the program's plain run from B_0 with ``forward`` (``check`` makes it once,
+    for the references); without it the ops are run here.
     """
     plan = _plan(program)
     n_coords = plan.n_coords

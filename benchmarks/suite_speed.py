@@ -16,6 +16,11 @@ cluster next to the local run; ``--dask-batch 1,8`` runs Dask once per batch siz
 It reports each run's wall time (cluster start-up apart), checks that every Dask run
 wrote the local run's records, and gives the pickled size of what goes over the wire
 per program (the task, and the records and statistics back).
+
+With ``--breakdown`` it also runs the same programs once more in this process, one
+stage at a time, and prints where a program's time goes (generation, each check,
+statistics, the record lines), per program and in plain-forward equivalents: the
+figure the ratio is made of.
 """
 
 from __future__ import annotations
@@ -30,7 +35,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from replayverify.programs import run_forward
-from replayverify.verifier.suite import Job, SuiteConfig, run_job, run_suite, suite_ids
+from replayverify.verifier.suite import (
+    Job,
+    SuiteConfig,
+    program_stats,
+    run_job,
+    run_suite,
+    suite_ids,
+)
 
 
 def _records(out: Path) -> list[dict]:
@@ -103,6 +115,48 @@ def dask_comparison(args) -> None:
         raise SystemExit("a Dask run's records differ from the local run's")
 
 
+def breakdown(args, plain: float) -> None:
+    """Per stage, the CPU time of a suite program, in one process (no workers)."""
+    from collections import Counter
+
+    from replayverify.verifier.check import check_execution
+
+    ids = suite_ids(args.programs, args.seed)
+    cpu = time.process_time
+    stages: Counter[str] = Counter()
+    checks: Counter[str] = Counter()  # wall seconds the records carry, per check
+    for pid in ids:
+        t = cpu()
+        g = pid.generate()
+        t1 = cpu()
+        records = check_execution(g.execution, program_id=str(pid))
+        t2 = cpu()
+        program_stats(g.execution, g.attempts)
+        t3 = cpu()
+        for r in records:
+            r.to_json()
+        t4 = cpu()
+        stages["generation (build, versioned run, acceptance)"] += t1 - t
+        stages["checks (15 records)"] += t2 - t1
+        stages["statistics"] += t3 - t2
+        stages["record lines (JSON)"] += t4 - t3
+        for r in records:
+            if r.engine and r.check != "gradient":
+                continue  # an engine's two records carry the one run's seconds
+            checks[f"engine {r.engine}" if r.engine else str(r.check)] += r.seconds
+    n, unit = len(ids), plain / len(ids)
+    total = sum(stages.values())
+    print(f"\nwhere a program's time goes (one process, {n} programs; plain forward "
+          f"{unit * 1e6:.0f} us per program = 1 unit)")
+    for name, s in stages.items():
+        print(f"  {name:<46} {s / n * 1e6:8.0f} us  {s / n / unit:6.2f} units")
+        if name.startswith("checks"):
+            for check, w in checks.most_common():
+                print(f"    {check:<44} {w / n * 1e6:8.0f} us  {w / n / unit:6.2f} units  "
+                      "(wall, from the records)")
+    print(f"  {'total':<46} {total / n * 1e6:8.0f} us  {total / n / unit:6.2f} units")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--programs", type=int, default=1024)
@@ -112,6 +166,8 @@ def main() -> None:
                     help="also run on Dask: local:N or a scheduler address")
     ap.add_argument("--dask-batch", default="1", metavar="K[,K...]",
                     help="programs per Dask task; each value is one Dask run (default 1)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time each stage of a suite program, in this process")
     args = ap.parse_args()
     if args.dask:
         dask_comparison(args)
@@ -140,6 +196,8 @@ def main() -> None:
     print(f"verification / plain forward      {cpu / plain:8.1f}x  (CPU seconds; target <= 12x)")
     print(f"  in worker-seconds (wall)        {wall * args.workers / plain_wall:8.1f}x  "
           "(wall x workers over plain-forward wall: sensitive to other load)")
+    if args.breakdown:
+        breakdown(args, plain)
 
 
 if __name__ == "__main__":

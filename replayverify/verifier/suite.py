@@ -11,13 +11,13 @@ are ``verifier/journal.py``'s, which the cohort shares).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,7 +261,7 @@ def _prepare(cfg: SuiteConfig) -> tuple[Journal, list[Record], list[dict]]:
     return journal, read_records(cfg.out / SUITE_FILES["records_bytes"]), stats
 
 
-@contextmanager
+@contextlib.contextmanager
 def _collector_skips_the_heap() -> Iterator[None]:
     """Freeze the objects this process holds before the run out of the garbage collector's
     generations (``gc.freeze``), and give them back after. The run keeps ~60 new objects
@@ -287,9 +287,16 @@ def run_suite(cfg: SuiteConfig,
     ``executor`` says where programs run (default: ``cfg.workers`` local processes);
     the records do not depend on it.
     """
-    # run_job's checks imported here, before local workers fork, instead of once in each
-    import replayverify.verifier.check  # noqa: F401
+    # what run_job imports on first use is imported here, before local workers fork,
+    # instead of once in each: the checks, the engines' checks (optional) and the
+    # generators' numpy.random (~8 ms a worker)
+    import numpy.random  # noqa: F401
+
+    import replayverify.verifier.check
     from replayverify.verifier.report import write_outputs
+
+    with contextlib.suppress(ModuleNotFoundError):
+        import replayverify.verifier.engine_checks  # noqa: F401
 
     start = time.perf_counter()
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)

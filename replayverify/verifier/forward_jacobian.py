@@ -55,10 +55,12 @@ def coefs_of(op: Op, dtype: np.dtype) -> dict[str, float]:
     """Every coefficient of ``op`` converted to the view's dtype first (SPEC §2), then to
     float64: what the tangent rules multiply by (derived once per program). A float64
     coefficient beyond float32's range becomes inf (callers run under ``quiet``)."""
-    to = dtype.type  # (``op.coef_as`` spelled out: one call per coefficient, not two)
+    # (``op.coef_as`` spelled out: one call per coefficient, not two; for float64, whose
+    # conversion ``float`` is, one call in all)
+    to = float if dtype.char == "d" else lambda value: float(dtype.type(value))
     coefs = {}
     for c in op.spec.coefs:  # (a plain loop: a comprehension costs more than its few items)
-        coefs[c.name] = float(to(getattr(op, c.name)))
+        coefs[c.name] = to(getattr(op, c.name))
     return coefs
 
 
@@ -364,15 +366,19 @@ class _Shadow:
         written either: it is still 0. Defined elements therefore read their own rows.
         """
         tags = self.tags[vt.words]
-        first = _first_undefined(tags, vt)
-        if first is None:
-            return self.tangent[vt.rows], None  # (a view of the rows when they are a slice)
-        mine = (tags == vt.own_tags).reshape(vt.size, -1).all(axis=1)
-        return np.where(mine[:, None], self.tangent[vt.own], 0.0), first
+        raw = tags.tobytes()
+        if raw != vt.all_own and raw != vt.all_const:
+            first = _first_undefined(tags, vt)
+            if first is not None:
+                mine = (tags == vt.own_tags).reshape(vt.size, -1).all(axis=1)
+                return np.where(mine[:, None], self.tangent[vt.own], 0.0), first
+        return self.tangent[vt.rows], None  # (a view of the rows when they are a slice)
 
     def undefined(self, vt: _ViewTags) -> int | None:
         """``read``'s test alone: the first undefined element of a float view (None: none)."""
-        return _first_undefined(self.tags[vt.words], vt)
+        tags = self.tags[vt.words]
+        raw = tags.tobytes()
+        return None if raw == vt.all_own or raw == vt.all_const else _first_undefined(tags, vt)
 
     def seed(self, vt: _ViewTags, first: int) -> None:
         """Write an input: its element j gets the tangent e_(first + j)."""
@@ -385,12 +391,12 @@ class _Shadow:
         if tangent is None:
             self.tags[vt.words if where is None
                       else vt.words.reshape(vt.size, -1)[where]] = INT_WRITTEN
-            return
-        if where is None:
+        elif where is None:
             self.tangent[vt.rows] = tangent
+            self.tags[vt.words] = vt.own_tags
         else:
             self.tangent[vt.own[where]] = tangent
-        self.tag(vt, where)
+            self.tag(vt, where)
 
     def tag(self, vt: _ViewTags, where) -> None:
         """Tag the words of a float write's elements with their own addresses."""
@@ -424,10 +430,8 @@ def _refusal(k: int, reason: str, steps: Sequence[_TangentStep],
 
 def _first_undefined(tags: np.ndarray, vt: _ViewTags) -> int | None:
     """The first element of float view ``vt`` whose word tags ``tags`` are neither all its
-    own address nor all CONST (None: every element is defined)."""
-    raw = tags.tobytes()
-    if raw == vt.all_own or raw == vt.all_const:
-        return None
+    own address nor all CONST (None: every element is defined), element by element (the
+    shadow tests the whole view's tags as bytes first)."""
     ok = (tags == vt.own_tags) | (tags == CONST)
     return None if ok.all() else int(np.flatnonzero(~ok)[0]) // (tags.size // vt.size)
 

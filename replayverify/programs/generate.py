@@ -19,7 +19,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from replayverify.programs.interpreter import Execution, execute
+from replayverify.programs.interpreter import (
+    Execution,
+    execute,
+    hazard_gradient,
+    stale_operands,
+)
 from replayverify.programs.model import (
     DTYPES,
     Buffer,
@@ -32,6 +37,7 @@ from replayverify.programs.model import (
     View,
     extent,
 )
+from replayverify.programs.tolerance import program_tolerance
 
 MAX_ATTEMPTS = 200
 
@@ -583,9 +589,6 @@ def accepted(program: Program, limits: Limits) -> Execution | None:
 
 
 def _judgeable(ex: Execution, limits: Limits) -> bool:
-    from replayverify.programs.interpreter import hazard_gradient, stale_operands
-    from replayverify.programs.tolerance import program_tolerance
-
     program = ex.program
     if not ex.admission.supported:
         return not limits.require_hazard

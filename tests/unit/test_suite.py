@@ -298,3 +298,22 @@ def test_overlapping_writes_count_ops_with_a_source_sharing_a_byte_with_dst():
                                 np.intersect1d(view_bytes(s), view_bytes(dst)).size
                                 for s in srcs)
             assert program_stats(g.execution, g.attempts)["overlapping_writes"] == expected
+
+
+def test_the_heap_is_frozen_out_of_collections_while_a_suite_runs_and_given_back(tmp_path):
+    import gc
+
+    before = gc.get_freeze_count()
+    during = []
+    run_suite(SuiteConfig(programs=2, seed=0, workers=1, out=tmp_path / "a", shrink=False),
+              on_program=lambda _o, _n: during.append(gc.get_freeze_count()))
+    assert during and all(n > 0 for n in during)
+    assert gc.get_freeze_count() == before
+    if before == 0:  # a caller's own frozen objects are left frozen
+        gc.freeze()
+        try:
+            run_suite(SuiteConfig(programs=2, seed=0, workers=1, out=tmp_path / "b",
+                                  shrink=False))
+            assert gc.get_freeze_count() > 0  # (the run's gc.unfreeze() would make it 0)
+        finally:
+            gc.unfreeze()

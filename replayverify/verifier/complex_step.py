@@ -62,6 +62,7 @@ class _Words(NamedTuple):
     element; for an integer element, the word holding it. (A NamedTuple, as the other
     per-program records here: one is built per view of every checked program.)"""
 
+    name: str
     buffer: str
     size: int
     words: np.ndarray  # element -> word (first byte // 8)
@@ -87,6 +88,7 @@ class _Plan:
     n_coords: int
     inputs: tuple[_Words, ...]
     steps: tuple[_ComplexStep, ...]
+    live: tuple[bool, ...]  # per op: its imaginary parts can reach the loss's (``_live``)
     loss: _Words
     loss_float: bool
     weights: np.ndarray  # the loss weights, float64
@@ -105,7 +107,7 @@ def _derive_plan(program: Program) -> _Plan:
     los = list(lay.values())
     words = np.concatenate([lo.starts for lo in los]) // WORD  # every view's, at once
     bounds = list(itertools.accumulate([lo.size for lo in los], initial=0))
-    views = {lo.view.name: _Words(lo.view.buffer, lo.size, words[a:b], rows)
+    views = {lo.view.name: _Words(lo.view.name, lo.view.buffer, lo.size, words[a:b], rows)
              for lo, a, b, rows in zip(los, bounds, bounds[1:], as_slices(words, bounds))}
     steps = []
     for op in program.ops:
@@ -116,10 +118,63 @@ def _derive_plan(program: Program) -> _Plan:
         steps.append(_ComplexStep(op, views[op.dst], dst.dtype, dst.view.is_float,
                                   tuple(sources), op.spec.indexed))
     inputs = tuple([views[name] for name in program.inputs])
-    loss = program.loss.view
-    return _Plan({b.name: -(-b.nbytes // WORD) for b in program.buffers},
-                 sum([v.size for v in inputs]), inputs, tuple(steps), views[loss],
-                 lay[loss].view.is_float, np.asarray(program.loss.weights, dtype=np.float64))
+    n_coords = sum([v.size for v in inputs])
+    loss, loss_float = views[program.loss.view], lay[program.loss.view].view.is_float
+    n_words = {b.name: -(-b.nbytes // WORD) for b in program.buffers}
+    live = (_live(steps, loss if loss_float else None, n_words)
+            if n_coords >= LIVE_MIN_COORDS else (True,) * len(steps))
+    return _Plan(n_words, n_coords, inputs, tuple(steps), live, loss, loss_float,
+                 np.asarray(program.loss.weights, dtype=np.float64))
+
+
+# Programs of at least this many input coordinates skip the float ops whose imaginary
+# parts cannot reach the loss (``_live``): finding them costs about 1 us per op, and
+# skipping one saves its complex evaluation over elements x coordinates, which pays on
+# wide programs (the suite's alias programs: 64-128 coordinates) but hardly on narrow
+# ones (8-32), where few ops are dead and their arrays are small.
+LIVE_MIN_COORDS = 48
+
+
+def _live(steps: list[_ComplexStep], loss: _Words | None,
+          n_words: dict[str, int]) -> tuple[bool, ...]:
+    """Per op, whether the imaginary parts it writes can reach the loss's (a float loss).
+
+    Walking back from the loss: a float op is live when it writes a word still to be read;
+    its whole write ends those reads (they read this op's values) and its sources are
+    read. A partial write (scatter) ends none: the elements it leaves keep older values.
+    No read that matters sees a dead op's values, so a run that does not watch the real
+    parts skips it. Integer ops always run. Derived from the program alone (every scatter
+    is taken as partial). Word sets are bit masks over the buffers' words end to end.
+    """
+    base, end = {}, 0
+    for name, n in n_words.items():
+        base[name] = end
+        end += n
+    masks: dict[str, int] = {}
+
+    def words(v: _Words) -> int:
+        if isinstance(v.rows, slice):
+            return ((1 << v.size) - 1) << (base[v.buffer] + v.rows.start)
+        mask = masks.get(v.name)
+        if mask is None:
+            bits = np.zeros(end, dtype=bool)
+            bits[v.words + base[v.buffer]] = True
+            mask = masks[v.name] = int.from_bytes(
+                np.packbits(bits, bitorder="little").tobytes(), "little")
+        return mask
+
+    wanted = 0 if loss is None else words(loss)  # words still to be read
+    live = []
+    for step in reversed(steps):
+        if not step.is_float or not wanted & words(step.dst):
+            live.append(False)
+            continue
+        live.append(True)
+        if not step.op.spec.partial:
+            wanted &= ~words(step.dst)
+        for _, src in step.sources:
+            wanted |= words(src)
+    return tuple(reversed(live))
 
 
 @quiet
@@ -159,11 +214,15 @@ def complex_step(
 
     perturbed = None
     values_of = evaluations(program, forward=forward) if run is None else run
-    for k, (step, ev) in enumerate(zip(plan.steps, values_of)):
+    # (watching compares every op's real parts: then every op runs)
+    lives = itertools.repeat(True) if watch else plan.live
+    for k, (step, live, ev) in enumerate(zip(plan.steps, lives, values_of)):
         dst = step.dst
         if not step.is_float:  # integer write: the words it touches have no derivative
             where = ev.where
             imag[dst.buffer][dst.rows if where is None else dst.words[where]] = np.nan
+            continue
+        if not live:  # no read that matters sees what it writes
             continue
         # (elements, coordinates): the forward rules batch over a trailing axis; inf and
         # NaN are legal values (this function runs under ``quiet``)

@@ -13,6 +13,7 @@ from replayverify.programs import FORWARD, REVERSE, OpKind, execute, layouts, lo
 from replayverify.programs.generate import generate
 from replayverify.programs.state import Snapshot
 from replayverify.verifier import check as check_module
+from replayverify.verifier import complex_step as complex_step_module
 from replayverify.verifier import forward_jacobian as forward_jacobian_module
 from replayverify.verifier.check import CHECKS, check_execution, check_program
 from replayverify.verifier.complex_step import complex_step
@@ -134,6 +135,28 @@ def test_skipping_the_tangents_that_cannot_reach_the_loss_changes_nothing(monkey
             if x is not None:  # (equal values, NaN where NaN, and the same signs of zero)
                 assert np.array_equal(x, y, equal_nan=True)
                 assert np.array_equal(np.signbit(x), np.signbit(y))
+
+
+def test_skipping_the_complex_evaluations_that_cannot_reach_the_loss_changes_nothing(
+        monkeypatch):
+    # Likewise for the complex step's ops whose imaginary parts no read that matters sees,
+    # skipped when the real parts are not watched.
+    programs = [generate(5, i, family) for family in ("alias", "derivative", "hazard")
+                for i in range(6)]
+
+    def results(min_coords: int) -> tuple[list, int]:
+        monkeypatch.setattr(complex_step_module, "LIVE_MIN_COORDS", min_coords)
+        fresh = [dataclasses.replace(p) for p in programs]  # (the plan is carried per program)
+        plans = [complex_step_module._plan(q) for q in fresh]
+        dead = sum(step.is_float and not live for plan in plans
+                   for step, live in zip(plan.steps, plan.live))
+        return [complex_step(q, watch=False, h=h).gradient for q in fresh
+                for h in (1e-200, 1e-20)], dead
+
+    (analysed, dead), (propagated, none) = results(0), results(2**62)
+    assert dead > 20 and none == 0
+    for a, b in zip(analysed, propagated):
+        assert a.tobytes() == b.tobytes()
 
 
 def test_integer_reads_of_float_bits_keep_the_derivative():

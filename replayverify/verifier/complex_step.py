@@ -3,8 +3,9 @@
 The program runs on complex128 shadow storage: every 8-byte word of every buffer is
 one complex number per input coordinate (its imaginary parts stored as (words,
 coordinates) per buffer), with input coordinate c perturbed by i*h, h = 1e-200. All
-coordinates go in one pass; each view's words and each op's step are derived once per
-program (``_plan``).
+coordinates go in one pass; each view's words and each op's step (and, in wide
+programs, which ops' values can reach the loss at all) are derived once per program
+(``_plan``).
 Each float op is evaluated by the interpreter's own forward rule (``FORWARD``, the one
 definition of the op) on complex128 operands (real + i*imag) batched over the
 coordinates; no formula and no derivative is written here, and

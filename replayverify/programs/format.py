@@ -501,9 +501,10 @@ def program_to_json(program: Program, *, indent: int | None = 2) -> str:
 def canonical_json(program: Program) -> str:
     """Keys sorted, separators ``,`` and ``:``, defaults filled in (SPEC §6): ``json.dumps``
     of :func:`program_to_dict`."""
-    return json.dumps(
-        program_to_dict(program), sort_keys=True, separators=(",", ":"), allow_nan=False
-    )
+    # (check_circular=False: the document is a fresh tree, so there is no cycle to detect;
+    # the text is the same and the encoder keeps no registry of the containers it is in)
+    return json.dumps(program_to_dict(program), sort_keys=True, separators=(",", ":"),
+                      allow_nan=False, check_circular=False)
 
 
 def program_sha256(program: Program) -> str:

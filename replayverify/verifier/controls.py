@@ -95,10 +95,9 @@ def wrong_rng_control(ex: Execution) -> Verdict:
     """Replay the first drawing segment from R_T (or R_s + 1 block if R_T equals R_s)."""
     program = ex.program
     bounds = program.segment_bounds()
-    drawing = [s for s, (lo, hi) in enumerate(bounds) if draws_in(ex, lo, hi)]
-    if not drawing:
+    s = next((s for s, (lo, hi) in enumerate(bounds) if draws_in(ex, lo, hi)), None)
+    if s is None:
         return Verdict(Outcome.UNSUPPORTED, None, "the program draws no random values")
-    s = drawing[0]
     lo, hi = bounds[s]
     start, want = ex.boundaries[s], ex.boundaries[s + 1]
     wrong, how = ex.rng, "the final generator state R_T"

@@ -34,6 +34,7 @@ from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import layouts
+from replayverify.verifier.liveness import bit_mask, live_ops
 from replayverify.verifier.reference_run import evaluations
 
 H = 1e-200
@@ -138,44 +139,23 @@ LIVE_MIN_COORDS = 48
 
 def _live(steps: list[_ComplexStep], loss: _Words | None,
           n_words: dict[str, int]) -> tuple[bool, ...]:
-    """Per op, whether the imaginary parts it writes can reach the loss's (a float loss).
-
-    Walking back from the loss: a float op is live when it writes a word still to be read;
-    its whole write ends those reads (they read this op's values) and its sources are
-    read. A partial write (scatter) ends none: the elements it leaves keep older values.
-    No read that matters sees a dead op's values, so a run that does not watch the real
-    parts skips it. Integer ops always run. Derived from the program alone (every scatter
-    is taken as partial). Word sets are bit masks over the buffers' words end to end.
-    """
-    base, end = {}, 0
+    """Per op, whether the imaginary parts it writes can reach the loss's (:func:`live_ops`
+    over the buffers' words end to end). A run that does not watch the real parts skips
+    the others; integer ops always run."""
+    base, end = {}, 0  # each buffer's first word
     for name, n in n_words.items():
         base[name] = end
         end += n
-    masks: dict[str, int] = {}
+    masks: dict[str, int] = {}  # per view, its words
 
     def words(v: _Words) -> int:
-        if isinstance(v.rows, slice):
-            return ((1 << v.size) - 1) << (base[v.buffer] + v.rows.start)
         mask = masks.get(v.name)
         if mask is None:
-            bits = np.zeros(end, dtype=bool)
-            bits[v.words + base[v.buffer]] = True
-            mask = masks[v.name] = int.from_bytes(
-                np.packbits(bits, bitorder="little").tobytes(), "little")
+            at = v.rows if isinstance(v.rows, slice) else v.words
+            mask = masks[v.name] = bit_mask(at, end) << base[v.buffer]
         return mask
 
-    wanted = 0 if loss is None else words(loss)  # words still to be read
-    live = []
-    for step in reversed(steps):
-        if not step.is_float or not wanted & words(step.dst):
-            live.append(False)
-            continue
-        live.append(True)
-        if not step.op.spec.partial:
-            wanted &= ~words(step.dst)
-        for _, src in step.sources:
-            wanted |= words(src)
-    return tuple(reversed(live))
+    return live_ops(steps, loss, words)
 
 
 @quiet

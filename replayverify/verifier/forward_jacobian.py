@@ -34,6 +34,7 @@ from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, scatter_winners
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import layouts
+from replayverify.verifier.liveness import bit_mask, live_ops
 from replayverify.verifier.reference_run import evaluations
 
 # The reference is meant to be more accurate than the reverse sweep it checks: with
@@ -278,47 +279,20 @@ def _derive_plan(program: Program) -> _Plan:
 LIVE_MIN_COORDS = 48
 
 
-def _mask(rows: slice | np.ndarray, count: int) -> int:
-    """The addresses ``rows`` as a bit mask (bit i: address i)."""
-    if isinstance(rows, slice):
-        return ((1 << (rows.stop - rows.start)) - 1) << rows.start
-    bits = np.zeros(count, dtype=bool)
-    bits[rows] = True
-    return int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
-
-
 def _live(steps: list[_TangentStep], loss: _ViewTags | None, count: int) -> tuple[bool, ...]:
-    """Per op, whether the tangents it writes can reach the loss's (a float loss).
-
-    Walking back from the loss: a float op is live when it writes an address whose tangent
-    is still to be read; its whole write ends those reads (they read this op's tangents)
-    and its sources are read. A partial write (scatter) ends none: the elements it leaves
-    keep older tangents. No read that matters sees a dead op's tangents, so the run does
-    not compute them; its reads are still tested and its tags still written (they decide
-    whether the derivative is defined). Derived from the program alone (the program's
-    scatter positions do not enter: every scatter is taken as partial). Address sets are
-    bit masks (bit i: address i), one per view.
-    """
-    masks: dict[str, int] = {}
+    """Per op, whether the tangents it writes can reach the loss's (:func:`live_ops` over
+    addresses, bit i for address i). The run computes no tangents for the others, but
+    still tests their reads and writes their tags (they decide whether the derivative is
+    defined)."""
+    masks: dict[str, int] = {}  # per view, its addresses
 
     def addresses(vt: _ViewTags) -> int:
         mask = masks.get(vt.name)
         if mask is None:
-            mask = masks[vt.name] = _mask(vt.rows, count)
+            mask = masks[vt.name] = bit_mask(vt.rows, count)
         return mask
 
-    wanted = 0 if loss is None else addresses(loss)  # addresses still to be read
-    live = []
-    for step in reversed(steps):
-        if not step.is_float or not wanted & addresses(step.dst):
-            live.append(False)
-            continue
-        live.append(True)
-        if not step.op.spec.partial:
-            wanted &= ~addresses(step.dst)
-        for _, src in step.sources:
-            wanted |= addresses(src)
-    return tuple(reversed(live))
+    return live_ops(steps, loss, addresses)
 
 
 def _ranks(keys: np.ndarray, span: int) -> tuple[np.ndarray, int]:

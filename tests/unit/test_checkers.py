@@ -300,3 +300,27 @@ def test_a_failing_reference_is_an_error_record_for_the_engines_too(monkeypatch)
     errors = [(r.check, r.engine) for r in records if r.outcome == "error"]
     assert ("forward-jacobian", "") in errors and ("gradient", "*") in errors
     assert any(r.check == "bytes" and r.engine == "eager" for r in records)
+
+
+def test_live_ops_walks_back_from_the_loss():
+    # Locations as bits: x=1, a=2, b=4. op0: a <- x; op1: b <- x, overwritten whole by
+    # op2: b <- a before the loss reads b; op3: a <- x after the last read of a; op4: an
+    # integer write. A scatter (partial) into b keeps the earlier writer of b live.
+    from types import SimpleNamespace as S
+
+    from replayverify.verifier.liveness import bit_mask, live_ops
+
+    spec = {False: S(partial=False), True: S(partial=True)}
+
+    def step(dst, *sources, is_float=True, partial=False):
+        return S(is_float=is_float, op=S(spec=spec[partial]), dst=dst,
+                 sources=tuple(("x", s) for s in sources))
+
+    bit = {"x": 1, "a": 2, "b": 4}.__getitem__
+    steps = [step("a", "x"), step("b", "x"), step("b", "a"), step("a", "x"),
+             step("b", "x", is_float=False)]
+    assert live_ops(steps, "b", bit) == (True, False, True, False, False)
+    assert live_ops(steps, None, bit) == (False,) * 5
+    steps[2] = step("b", "a", partial=True)
+    assert live_ops(steps, "b", bit) == (True, True, True, False, False)
+    assert bit_mask(slice(2, 5), 8) == 0b11100 == bit_mask(np.array([2, 3, 4]), 8)

@@ -141,17 +141,15 @@ def record_rows(records: list[Record]) -> list[tuple]:
     return list(map(_row_of, records))
 
 
-def _made(fields: tuple) -> Record:
-    """A record from its fields in order, set as unpickling sets them, without
-    ``__init__``: for fields that are already what ``__post_init__`` makes them."""
-    r = object.__new__(Record)
-    r.__dict__.update(zip(RECORD_FIELDS, fields))
-    return r
-
-
 def records_from_rows(rows: list[tuple]) -> list[Record]:
-    """The records that :func:`record_rows` gave (from records: already converted)."""
-    return list(map(_made, rows))
+    """The records that :func:`record_rows` gave. The fields are set as unpickling sets
+    them, without ``__init__``: they come from records, already checked and converted."""
+    out = []
+    for row in rows:
+        r = object.__new__(Record)
+        r.__dict__.update(zip(RECORD_FIELDS, row))
+        out.append(r)
+    return out
 
 
 def program_label(program, program_id: str | None = None) -> str:
@@ -162,14 +160,8 @@ def program_label(program, program_id: str | None = None) -> str:
 def make_record(program: str, sha256: str, check: Check | str, verdict, seconds: float = 0.0,
                 engine: str = "", metrics: dict | None = None) -> Record:
     """A record from a verdict (anything with ``outcome``, ``max_abs_err``, ``detail``)."""
-    fields = (program, sha256, check, engine, verdict.outcome, verdict.max_abs_err,
-              verdict.detail, seconds, dict(metrics or {}))
-    if type(verdict.outcome) is Outcome and (type(check) is Check
-                                            or check.startswith(MUTANT_PREFIX)):
-        # what the checkers pass (~15 records a program): nothing to convert, and a
-        # frozen dataclass's __init__ sets each field through object.__setattr__
-        return _made(fields)
-    return Record(*fields)
+    return Record(program, sha256, check, engine, verdict.outcome, verdict.max_abs_err,
+                  verdict.detail, seconds, dict(metrics or {}))
 
 
 def undetected_mutants(records: list[Record]) -> list[str]:

@@ -63,18 +63,3 @@ def test_references_too_large_for_memory_say_so_and_engines_fall_back(monkeypatc
     assert by[("gradient", "region")].outcome == "match"
     assert "against the version graph" in by[("gradient", "region")].detail
     assert run_is_clean(records)
-
-
-def test_make_record_gives_the_record_init_gives():
-    """make_record skips __init__ for the members the checkers pass; strings still go
-    through __post_init__'s conversions. Either way: the record Record(...) makes."""
-    from replayverify.verifier.compare import Verdict
-    from replayverify.verifier.records import Check, Outcome, make_record
-
-    for check, outcome in [(Check.BYTES, Outcome.MATCH), ("mutant:m", Outcome.MISSED),
-                           ("gradient", Outcome.DIVERGE), (Check.GRADIENT, "match"),
-                           ("mutant:m", "detected")]:
-        made = make_record("p", "s", check, Verdict(outcome, 0.5, "d"), 1.0, "e", {"k": 1})
-        init = Record("p", "s", check, "e", outcome, 0.5, "d", 1.0, {"k": 1})
-        assert made == init and made.to_json() == init.to_json()
-        assert (type(made.check), type(made.outcome)) == (type(init.check), Outcome)

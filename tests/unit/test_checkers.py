@@ -112,22 +112,31 @@ def test_a_refusal_ends_the_forward_jacobian_but_a_missing_tangent_rule_is_still
         forward_jacobian(p, tangent={**TANGENT, OpKind.SIN: None})
 
 
+def _analysed_and_propagated(monkeypatch, module, programs, run):
+    """``run(fresh copies of programs)`` with every program analysed for dead ops, then with
+    none (``module.LIVE_MIN_COORDS``); checks that the analysis found dead float ops."""
+
+    def results(min_coords: int) -> tuple[list, int]:
+        monkeypatch.setattr(module, "LIVE_MIN_COORDS", min_coords)
+        fresh = [dataclasses.replace(p) for p in programs]  # (the plan is carried per program)
+        plans = [module._plan(q) for q in fresh]
+        dead = sum(step.is_float and not live for plan in plans
+                   for step, live in zip(plan.steps, plan.live))
+        return run(fresh), dead
+
+    (analysed, dead), (propagated, none) = results(0), results(2**62)
+    assert dead > 20 and none == 0
+    return analysed, propagated
+
+
 def test_skipping_the_tangents_that_cannot_reach_the_loss_changes_nothing(monkeypatch):
     # Wide programs do not compute the tangents of ops no read that matters sees (``_live``);
     # with every program analysed, each result equals the one with every op propagated.
     programs = [generate(5, i, family) for family in ("alias", "derivative", "hazard", "mixed")
                 for i in range(6)]
-
-    def results(min_coords: int) -> tuple[list, int]:
-        monkeypatch.setattr(forward_jacobian_module, "LIVE_MIN_COORDS", min_coords)
-        fresh = [dataclasses.replace(p) for p in programs]  # (the plan is carried per program)
-        plans = [forward_jacobian_module._plan(q) for q in fresh]
-        dead = sum(step.is_float and not live for plan in plans
-                   for step, live in zip(plan.steps, plan.live))
-        return [forward_jacobian(q) for q in fresh], dead
-
-    (analysed, dead), (propagated, none) = results(0), results(2**62)
-    assert dead > 20 and none == 0
+    analysed, propagated = _analysed_and_propagated(
+        monkeypatch, forward_jacobian_module, programs,
+        lambda fresh: [forward_jacobian(q) for q in fresh])
     for a, b in zip(analysed, propagated):
         assert (a.refused_op, a.reason) == (b.refused_op, b.reason)
         for x, y in ((a.gradient, b.gradient), (a.loss_tangent, b.loss_tangent)):
@@ -143,18 +152,10 @@ def test_skipping_the_complex_evaluations_that_cannot_reach_the_loss_changes_not
     # skipped when the real parts are not watched.
     programs = [generate(5, i, family) for family in ("alias", "derivative", "hazard")
                 for i in range(6)]
-
-    def results(min_coords: int) -> tuple[list, int]:
-        monkeypatch.setattr(complex_step_module, "LIVE_MIN_COORDS", min_coords)
-        fresh = [dataclasses.replace(p) for p in programs]  # (the plan is carried per program)
-        plans = [complex_step_module._plan(q) for q in fresh]
-        dead = sum(step.is_float and not live for plan in plans
-                   for step, live in zip(plan.steps, plan.live))
-        return [complex_step(q, watch=False, h=h).gradient for q in fresh
-                for h in (1e-200, 1e-20)], dead
-
-    (analysed, dead), (propagated, none) = results(0), results(2**62)
-    assert dead > 20 and none == 0
+    analysed, propagated = _analysed_and_propagated(
+        monkeypatch, complex_step_module, programs,
+        lambda fresh: [complex_step(q, watch=False, h=h).gradient for q in fresh
+                       for h in (1e-200, 1e-20)])
     for a, b in zip(analysed, propagated):
         assert a.tobytes() == b.tobytes()
 

@@ -26,6 +26,7 @@ figure the ratio is made of.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import pickle
@@ -116,6 +117,14 @@ def dask_comparison(args) -> None:
         raise SystemExit("a Dask run's records differ from the local run's")
 
 
+def _plain_pass(programs: list) -> tuple[float, float]:
+    """CPU and wall seconds of one plain forward of every program."""
+    t, c = time.perf_counter(), time.process_time()
+    for p in programs:
+        run_forward(p)
+    return time.process_time() - c, time.perf_counter() - t
+
+
 def breakdown(args, plain: float) -> None:
     """Per stage, the CPU time of a suite program, in one process (no workers)."""
     from collections import Counter
@@ -176,19 +185,10 @@ def main() -> None:
 
     # Both sides are timed after this process imported what they run (the checks too, at
     # the top: run_suite would import them in the timed part, ~20 ms where no bytecode is
-    # cached), so the ratio is per-program work, not one-time imports.
-    # The baseline is the median of three passes, each over fresh program objects (one
-    # pass of ~0.3 s swings by +-8 % with other load on the machine).
-    built = [pid.build()[0] for pid in suite_ids(args.programs, args.seed)]
-    passes = []
-    for _ in range(3):
-        programs = [replace(p) for p in built]  # (nothing derived carried over)
-        t, c = time.perf_counter(), time.process_time()
-        for p in programs:
-            run_forward(p)
-        passes.append((time.process_time() - c, time.perf_counter() - t))
-    plain, plain_wall = sorted(passes)[1]
-
+    # cached), so the ratio is per-program work, not one-time imports. The baseline is
+    # one pass over fresh program objects, as the target was set with.
+    programs = [replace(pid.build()[0]) for pid in suite_ids(args.programs, args.seed)]
+    plain, plain_wall = _plain_pass(programs)
     with tempfile.TemporaryDirectory() as tmp:
         t, c0 = time.perf_counter(), os.times()
         summary = run_suite(SuiteConfig(programs=args.programs, seed=args.seed,
@@ -202,10 +202,24 @@ def main() -> None:
     print(f"programs per second               {args.programs / wall:8.1f}")
     print(f"suite CPU time (self + workers)    {cpu:8.2f} s")
     print(f"plain forward, all programs       {plain:8.3f} s CPU, {plain_wall:.3f} s wall  "
-          "(baseline: median of 3 passes, one process, fresh program objects)")
+          "(baseline, one process, fresh program objects)")
     print(f"verification / plain forward      {cpu / plain:8.1f}x  (CPU seconds; target <= 12x)")
     print(f"  in worker-seconds (wall)        {wall * args.workers / plain_wall:8.1f}x  "
           "(wall x workers over plain-forward wall: sensitive to other load)")
+    # The same baseline with this process's heap frozen out of the garbage collector
+    # (gc.freeze), the condition the suite's processes run under (its workers freeze what
+    # they inherit, run_suite the caller's heap): the collections of a plain pass otherwise
+    # walk the benchmark's own objects too (the built programs, the modules).
+    frozen = []
+    for _ in range(3):
+        fresh = [replace(p) for p in programs]  # (nothing derived carried over)
+        gc.freeze()
+        frozen.append(_plain_pass(fresh)[0])
+        gc.unfreeze()
+        del fresh
+    plain_frozen = sorted(frozen)[1]
+    print(f"  baseline with the heap frozen   {plain_frozen:8.3f} s CPU (median of 3): "
+          f"{cpu / plain_frozen:.1f}x")
     if args.breakdown:
         breakdown(args, plain)
 

@@ -233,13 +233,19 @@ def _one_line(sort_keys: bool) -> Any:
     """json's C encoder of strict one-line JSON, made once: ``json.dumps`` (and
     ``JSONEncoder.encode``) sets one up on every call, about a quarter of the time of a
     short document such as a suite's record (a suite writes ~15 per program). None
-    where json has no C encoder. It keeps no circular-reference marks: such a document
-    fails either way, in :func:`encode` below."""
-    make = json.encoder.c_make_encoder
+    where json has no C encoder or one that takes other arguments (it is json's internal
+    API, as ``JSONEncoder.iterencode`` calls it): ``dumps`` then calls ``json.dumps``. It
+    keeps no circular-reference marks: such a document fails either way, in
+    :func:`encode` below."""
+    make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return None
-    return make(None, json.JSONEncoder(allow_nan=False).default,
-                json.encoder.encode_basestring_ascii, None, ": ", ", ", sort_keys, False, False)
+    try:
+        return make(None, json.JSONEncoder(allow_nan=False).default,
+                    json.encoder.encode_basestring_ascii, None, ": ", ", ", sort_keys, False,
+                    False)
+    except TypeError:
+        return None
 
 
 _ONE_LINE, _ONE_LINE_SORTED = _one_line(False), _one_line(True)

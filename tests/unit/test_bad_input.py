@@ -318,6 +318,25 @@ def test_dumps_writes_what_json_dumps_writes() -> None:
     assert dumps([1, 2], indent=1) == json.dumps([1, 2], indent=1)
 
 
+def test_dumps_without_json_s_c_encoder(monkeypatch) -> None:
+    # json's C encoder is its internal API: where it is missing or takes other arguments,
+    # dumps writes through json.dumps, the same text
+    import replayverify.untrusted as untrusted
+
+    def other_arguments(*args):
+        raise TypeError("c_make_encoder() takes other arguments")
+
+    monkeypatch.setattr(json.encoder, "c_make_encoder", other_arguments)
+    assert untrusted._one_line(True) is None
+    monkeypatch.setattr(json.encoder, "c_make_encoder", None)  # (json without its C part)
+    assert untrusted._one_line(False) is None
+    monkeypatch.setattr(untrusted, "_ONE_LINE", None)
+    monkeypatch.setattr(untrusted, "_ONE_LINE_SORTED", None)
+    doc = {"b": 1, "a": [1.5, math.inf]}
+    assert dumps(doc, sort_keys=True) == '{"a": [1.5, "Infinity"], "b": 1}'
+    assert dumps({"b": 1}) == json.dumps({"b": 1})
+
+
 # ---------------------------------------------------------------- planner numbers
 
 

@@ -135,6 +135,7 @@ def breakdown(args, plain: float) -> None:
     cpu = time.process_time
     stages: Counter[str] = Counter()
     checks: Counter[str] = Counter()  # wall seconds the records carry, per check
+    gc.freeze()  # (what this process holds is not walked by its collections, as in a worker)
     for pid in ids:
         t = cpu()
         g = pid.generate()
@@ -154,6 +155,7 @@ def breakdown(args, plain: float) -> None:
             if r.engine and r.check != "gradient":
                 continue  # an engine's two records carry the one run's seconds
             checks[f"engine {r.engine}" if r.engine else str(r.check)] += r.seconds
+    gc.unfreeze()
     n, unit = len(ids), plain / len(ids)
     total = sum(stages.values())
     print(f"\nwhere a program's time goes (one process, {n} programs; plain forward "

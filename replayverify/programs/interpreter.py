@@ -758,10 +758,10 @@ def reverse_sweep(ex: Execution, reverse: Mapping[OpKind, ReverseRule | None] = 
     return adj[ex.input_vids].astype(np.float64)
 
 
-def final_storage_operands(ex: Execution) -> Callable[[OpValues], Operands]:
-    """Operands as a sweep that reads final storage instead of versions would see them:
-    each op's value operands (``OpSpec.value_operands``) read from the final state (each
-    view read once per execution: the final state does not change)."""
+def _final_view(ex: Execution) -> Callable[[str], np.ndarray]:
+    """A view's values in the final state, flat and read-only, by name (each view read
+    once per execution, kept in ``Execution.final_views``: the final state does not
+    change)."""
     lay = layouts(ex.program)
     final = ex.final_views
 
@@ -772,9 +772,27 @@ def final_storage_operands(ex: Execution) -> Callable[[OpValues], Operands]:
             hit.setflags(write=False)
         return hit
 
+    return read
+
+
+def final_storage_operands(ex: Execution) -> Callable[[OpValues], Operands]:
+    """Operands as a sweep that reads final storage instead of versions would see them:
+    each op's value operands (``OpSpec.value_operands``) read from the final state.
+
+    Only the stale ones (``Execution.stale``) are read: every other value operand has the
+    same bytes in the final state as in the record, so an op with none keeps its recorded
+    operands (the same values, no copy)."""
+    read = _final_view(ex)
+    stale: dict[int, list[str]] = {}
+    for k, f in ex.stale:
+        stale.setdefault(k, []).append(f)
+
     def operands(rec: OpValues) -> Operands:
+        fields = stale.get(rec.index)
+        if fields is None:
+            return rec.operands
         out = dict(rec.operands)
-        for f in rec.op.spec.value_operands:
+        for f in fields:
             out[f] = read(getattr(rec.op, f))
         return out
 
@@ -785,13 +803,18 @@ def stale_reads(ex: Execution) -> list[tuple[int, str]]:
     """(op, field) for every value operand of a float op whose bytes differ in the final
     storage from the version the op read (SPEC §5, final-storage); ``Execution.stale``
     keeps it."""
-    final = final_storage_operands(ex)
+    read = _final_view(ex)
+    now: dict[str, bytes] = {}  # each view's final bytes (ops read the same views)
     out = []
     for rec in ex.records:
-        if rec.float_op and rec.op.spec.value_operands:
-            now = final(rec)
-            out += [(rec.index, f) for f in rec.op.spec.value_operands
-                    if now[f].tobytes() != rec.operands[f].tobytes()]
+        if rec.float_op:
+            for f in rec.op.spec.value_operands:
+                name = getattr(rec.op, f)
+                final = now.get(name)
+                if final is None:
+                    final = now[name] = read(name).tobytes()
+                if final != rec.operands[f].tobytes():
+                    out.append((rec.index, f))
     return out
 
 

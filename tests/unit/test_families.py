@@ -126,3 +126,44 @@ def test_seed_words_as_uint32_seed_what_the_list_seeds():
         assert isinstance(words, np.ndarray) == (index < 2**32)
         assert (np.random.default_rng(words).bit_generator.state
                 == np.random.default_rng(as_list).bit_generator.state)
+
+
+def test_fills_are_rounded_as_python_rounds_them():
+    """Float fills are rounded in one NumPy pass when the program is made: the values
+    equal ``round(x, 6)`` bit for bit, also for draws next to a half-way point (which
+    take Python's round) and for bounds too large for the NumPy pass."""
+    import numpy as np
+
+    from replayverify.programs.generate import _Builder
+    from replayverify.programs.model import Init, View
+
+    def filled(draws: list[np.ndarray], bound: float = 1.0) -> list[tuple]:
+        b = _Builder(np.random.default_rng(0))
+        for i, x in enumerate(draws):  # as fill leaves them
+            b._unrounded.append((len(b.init), x))
+            b.init.append(Init(f"v{i}", ()))
+        b._rounds_exactly = bound < 2000
+        b._round_fills()
+        return [init.values for init in b.init]
+
+    def python(draws: list[np.ndarray]) -> list[tuple]:
+        return [tuple(round(v, 6) for v in x.tolist()) for x in draws]
+
+    def same(a: list[tuple], b: list[tuple]) -> bool:
+        return [np.array(t).tobytes() for t in a] == [np.array(t).tobytes() for t in b]
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        draws = [rng.uniform(-1, 1, int(n)) for n in rng.integers(1, 40, 3)]
+        assert same(filled(draws), python(draws))
+    k = rng.integers(-10**6, 10**6, 64)
+    for eps in (0.0, 1e-17, -1e-17, 3e-13):  # at and next to half-way points
+        draws = [(k + 0.5) / 1e6 + eps, rng.uniform(-1e-6, 1e-6, 8)]  # (and zeros' signs)
+        assert same(filled(draws), python(draws))
+    draws = [rng.uniform(-5000, 5000, 50)]
+    assert same(filled(draws, 5000.0), python(draws))
+    b = _Builder(np.random.default_rng(3))
+    b.fill(View("v", "b", "float64", 0, (30,), (8,)), -0.8, 0.8)
+    b._round_fills()
+    again = np.random.default_rng(3).uniform(-0.8, 0.8, 30)
+    assert b.init[0].values == tuple(round(v, 6) for v in again.tolist())

@@ -68,9 +68,14 @@ _KIND = {kind: (kind.value, spec.view_fields, spec.draws is not None)
 def program_coverage(ex: Execution) -> dict:
     """What one program exercised (JSON-ready; :func:`coverage_summary` adds them up)."""
     program = ex.program
-    views = {v.name: v for v in program.views}
-    label = {v.name: f"{view_kind(v)}|{v.dtype}" for v in program.views}  # its cell's
-    two_d = {v.name for v in program.views if len(v.shape) == 2}
+    views, label, two_d = {}, {}, set()
+    by_buffer: dict[str, set[str]] = {}
+    for v in program.views:  # (one pass: each is a few microseconds a program)
+        views[v.name] = v
+        label[v.name] = f"{view_kind(v)}|{v.dtype}"  # its cell's
+        if len(v.shape) == 2:
+            two_d.add(v.name)
+        by_buffer.setdefault(v.buffer, set()).add(v.dtype)
     cells, fields_2d, draws = set(), set(), set()  # each view an op names counts
     bounds = program.segment_bounds()
     for k, op in enumerate(program.ops):
@@ -82,9 +87,6 @@ def program_coverage(ex: Execution) -> dict:
                 fields_2d.add(f)
         if drawing:
             draws.add(_draw_position(k, bounds))
-    by_buffer: dict[str, set[str]] = {}
-    for v in program.views:
-        by_buffer.setdefault(v.buffer, set()).add(v.dtype)
     # Admission refuses the first float read of bytes that another dtype wrote (SPEC §3:
     # an integer write, several writes or a different byte extent), so only a refused
     # program can have such reads: only refused programs are followed.

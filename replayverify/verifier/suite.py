@@ -16,7 +16,6 @@ import gc
 import json
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 
 from replayverify.programs.generate import FAMILIES, Generated, generate_with_attempts
 from replayverify.programs.interpreter import Execution, stale_operands
-from replayverify.programs.model import OP_SPECS, Program, View
+from replayverify.programs.model import FLOAT_DTYPES, OP_SPECS, Program, View
 from replayverify.programs.state import layouts
 from replayverify.untrusted import dumps
 from replayverify.verifier.compare import Verdict
@@ -155,7 +154,6 @@ def program_stats(ex: Execution, attempts: int) -> dict:
     """What was generated: op kinds, overlapping writes, integer aliases, hazards, draws."""
     program = ex.program
     lay = layouts(program)
-    views = {v.name: v for v in program.views}
     shared: dict[tuple[str, str], bool] = {}  # (source, dst): the same pairs recur
 
     def overlaps(src: View, dst: View) -> bool:
@@ -167,27 +165,37 @@ def program_stats(ex: Execution, attempts: int) -> dict:
                                            ex.state.typed(lay[dst.name]))
         return shared[key]
 
+    # one pass over the views and one over the ops (each a few microseconds a program)
+    floats, int_buffers, strided, float32 = set(), [], 0, False
+    for v in program.views:
+        if v.dtype in FLOAT_DTYPES:
+            floats.add(v.buffer)
+            float32 = float32 or v.dtype == "float32"
+        else:
+            int_buffers.append(v.buffer)
+        strided += _strided(v)
+    kinds: dict[str, int] = {}
     overlapping = draws = 0
     for op in program.ops:
-        spec, dst = OP_SPECS[op.kind], views[op.dst]
+        spec, dst = OP_SPECS[op.kind], lay[op.dst].view
+        kind = op.kind.value
+        kinds[kind] = kinds.get(kind, 0) + 1
         draws += spec.draws is not None
         for f in spec.sources:
-            src = views[getattr(op, f)]
+            src = lay[getattr(op, f)].view
             if src.buffer == dst.buffer and src.name != dst.name and overlaps(src, dst):
                 overlapping += 1
                 break
-    floats = {v.buffer for v in program.views if v.is_float}
-    aliases = sum(1 for v in program.views if not v.is_float and v.buffer in floats)
     return {
-        "ops": {kind.value: n for kind, n in Counter(op.kind for op in program.ops).items()},
+        "ops": kinds,
         "overlapping_writes": overlapping,
-        "integer_aliases": aliases,
+        "integer_aliases": sum(b in floats for b in int_buffers),
         "hazards": len(stale_operands(ex)) if ex.admission.supported else 0,
         "draws": draws,
-        "strided_views": sum(map(_strided, program.views)),
+        "strided_views": strided,
         "supported": ex.admission.supported,
         "attempts": attempts,
-        "float32": any(v.dtype == "float32" for v in program.views),
+        "float32": float32,
         "coverage": program_coverage(ex),
     }
 

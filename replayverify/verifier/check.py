@@ -288,7 +288,7 @@ def check_execution(
     if Check.FINAL_STORAGE in wanted:
         run(Check.FINAL_STORAGE, lambda: final_storage_control(ex))
     if Check.WRONG_RNG in wanted:
-        run(Check.WRONG_RNG, lambda: wrong_rng_control(ex))
+        run(Check.WRONG_RNG, lambda: wrong_rng_control(ex, reference()))
 
     engine_wanted = [c for c in ENGINE_CHECKS if c in wanted]
     if engine_wanted and (engines is None or len(engines) or mutants):

@@ -25,6 +25,7 @@ from replayverify.programs.model import OP_SPECS, OpKind
 from replayverify.verifier.bytes_check import diff_states, replay
 from replayverify.verifier.compare import Verdict, compare_gradients
 from replayverify.verifier.records import Outcome
+from replayverify.verifier.reference_run import ReferenceRun
 
 Comparison = Callable[[np.ndarray, np.ndarray], Verdict]  # (g, g_ref) -> gradient verdict
 
@@ -91,8 +92,15 @@ def draws_in(ex: Execution, first: int, end: int) -> bool:
     return any(op.spec.draws for op in ex.program.ops[first:end])
 
 
-def wrong_rng_control(ex: Execution) -> Verdict:
-    """Replay the first drawing segment from R_T (or R_s + 1 block if R_T equals R_s)."""
+def wrong_rng_control(ex: Execution, run: ReferenceRun | None = None) -> Verdict:
+    """Replay the first drawing segment from R_T (or R_s + 1 block if R_T equals R_s).
+
+    ``run``: the program's plain run from (B_0, R_0) (``check`` makes it once for the
+    references). The segment's ops before its first drawing op read no generator state,
+    so from either state they compute what the run computed there: when the run entered
+    the segment exactly at the recorded (B_s, R_s), the replay starts from the run's state
+    before that op (with the wrong generator state), else from (B_s, R_s).
+    """
     program = ex.program
     bounds = program.segment_bounds()
     s = next((s for s, (lo, hi) in enumerate(bounds) if draws_in(ex, lo, hi)), None)
@@ -103,10 +111,14 @@ def wrong_rng_control(ex: Execution) -> Verdict:
     wrong, how = ex.rng, "the final generator state R_T"
     if tuple(wrong) == tuple(start.rng):
         wrong, how = start.rng.advanced(1), "R_s advanced by one block"
-    d = diff_states(replay(program, start, lo, hi, rng=wrong), want)
+    first = lo
+    if run is not None and run.before_draw is not None and (
+            run.ends[s - 1] if s else run.start) == start:
+        start, first = run.before_draw, next(k for k in range(lo, hi)
+                                             if program.ops[k].spec.draws)
+    d = diff_states(replay(program, start, first, hi, rng=wrong), want)
     label = f"segment {s} replayed from {how}"
     if d.exact:
         return Verdict(Outcome.MISSED, 0.0, f"{label}: bytes and generator state equal")
     return Verdict(Outcome.DETECTED, float(d.bytes),
                    f"{label}: {d.bytes} bytes differ; " + "; ".join(d.notes))
-

@@ -35,21 +35,31 @@ class ReferenceRun(NamedTuple):
     start: Snapshot  # where it started: (B_0, R_0) unless another start was given
     ops: tuple[OpValues, ...]  # every op's values, in order
     ends: tuple[Snapshot, ...]  # the state after each segment, then after the last op
+    # the state before the program's first drawing op (None: it draws nothing): the
+    # wrong-rng control replays from there (the ops before it read no generator state)
+    before_draw: Snapshot | None = None
 
 
 def reference_run(program: Program, start: Snapshot | None = None, *,
                   forward: Mapping[OpKind, ForwardRule] = FORWARD) -> ReferenceRun:
     """Run the program once from ``start`` (default: its initial state), keeping every
-    op's values and the state at every segment end (a valid program's segments cover
-    its ops, so the last end is the state after the last op, taken again)."""
+    op's values, the state at every segment end (a valid program's segments cover its
+    ops, so the last end is the state after the last op, the same snapshot) and the state
+    before the first drawing op of a segment."""
     state = initial_state(program) if start is None else start.state()
     start = state.snapshot() if start is None else start
+    first_draw = next((k for k, op in enumerate(program.ops) if op.spec.draws), None)
     steps = evaluations(program, state, forward=forward)
     ops: list[OpValues] = []
     ends = []
+    before_draw = None
     for _, hi in program.segment_bounds():
+        if first_draw is not None and len(ops) <= first_draw < hi:
+            ops += itertools.islice(steps, first_draw - len(ops))
+            before_draw = state.snapshot()
         ops += itertools.islice(steps, hi - len(ops))
         ends.append(state.snapshot())
+    n = len(ops)
     ops += steps
-    ends.append(state.snapshot())
-    return ReferenceRun(start, tuple(ops), tuple(ends))
+    ends.append(ends[-1] if ends and len(ops) == n else state.snapshot())
+    return ReferenceRun(start, tuple(ops), tuple(ends), before_draw)

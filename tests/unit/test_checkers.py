@@ -184,6 +184,34 @@ def test_wrong_rng_replays_the_drawing_segment():
     assert rec.max_abs_err > 0
 
 
+def test_wrong_rng_from_the_reference_run_gives_the_replay_from_the_boundary():
+    """Given the plain run, the control replays from the run's state before the first
+    drawing op; without it, or when the run did not enter the segment at the recorded
+    (B_s, R_s), from (B_s, R_s): the same verdict either way."""
+    from replayverify.verifier.controls import draws_in, wrong_rng_control
+    from replayverify.verifier.reference_run import reference_run
+
+    shortcut = 0
+    for family in ("default", "derivative", "bytes", "hazard"):
+        for i in range(12):
+            p = generate(7, i, family)
+            ex, run = execute(p), reference_run(p)
+            assert wrong_rng_control(ex, run) == wrong_rng_control(ex)
+            bounds = p.segment_bounds()
+            s = next((s for s, (lo, hi) in enumerate(bounds) if draws_in(ex, lo, hi)), None)
+            if s is None:
+                continue
+            shortcut += not p.ops[bounds[s][0]].spec.draws
+            # a recorded boundary the run does not pass: the replay starts from it
+            snap = ex.boundaries[s]
+            name, data = next(iter(snap.buffers.items()))
+            flipped = bytearray(data)
+            flipped[0] ^= 1
+            ex.boundaries[s] = Snapshot({**snap.buffers, name: bytes(flipped)}, snap.rng)
+            assert wrong_rng_control(ex, run) == wrong_rng_control(ex)
+    assert shortcut >= 5  # segments whose first op draws nothing: the run's state is used
+
+
 def test_final_storage_names_the_stale_operand():
     rec = by_check(check_program(load("overwritten-operand"), engines=(),
                                  checks=["control:final-storage"]))

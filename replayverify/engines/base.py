@@ -129,12 +129,19 @@ class OpPlan(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
-    """A program's static facts for the engines: segment bounds, total bytes, per-op plans."""
+    """A program's static facts for the engines: segment bounds, total bytes, per-op plans,
+    and where backward starts and ends (every engine that runs the program uses them)."""
 
     bounds: tuple[tuple[int, int], ...]
     nbytes: int
     ops: tuple[OpPlan, ...]
     loss_weights: np.ndarray  # float64, read-only
+    # NumPy: per buffer, the adjoint slots as backward starts them (the loss weights at the
+    # loss view's element starts, zeros elsewhere); read-only, each run takes copies
+    adjoint: dict[str, np.ndarray]
+    # the gradient's slots, in input order: per run of consecutive inputs in one buffer,
+    # (buffer, their element starts concatenated), so each run is one gather
+    gradient_at: tuple[tuple[str, np.ndarray], ...]
 
 
 def run_plan(program: Program) -> RunPlan:
@@ -149,7 +156,23 @@ def _make_plan(program: Program) -> RunPlan:
                         step.dst.view.is_float, step.draws) for step in op_steps(program)])
     weights = np.asarray(program.loss.weights, dtype=np.float64)
     weights.setflags(write=False)
-    return RunPlan(program.segment_bounds(), program.nbytes, ops, weights)
+    lay = layouts(program)
+    adjoint = {b.name: np.zeros(b.nbytes, dtype=np.float64) for b in program.buffers}
+    loss = lay[program.loss.view]
+    if loss.view.is_float:  # the loss view's elements are distinct slots
+        adjoint[loss.view.buffer][loss.starts] += weights
+    for a in adjoint.values():
+        a.setflags(write=False)
+    runs: list[tuple[str, list[np.ndarray]]] = []
+    for name in program.inputs:
+        at = lay[name]
+        if runs and runs[-1][0] == at.view.buffer:
+            runs[-1][1].append(at.starts)
+        else:
+            runs.append((at.view.buffer, [at.starts]))
+    gradient_at = tuple((b, starts[0] if len(starts) == 1 else np.concatenate(starts))
+                        for b, starts in runs)
+    return RunPlan(program.segment_bounds(), program.nbytes, ops, weights, adjoint, gradient_at)
 
 
 # ---------------------------------------------------------------- recovery records
@@ -179,6 +202,9 @@ class Tape:
     anchored: list[bool] = field(default_factory=list)
     chosen: list[str] = field(default_factory=list)
     journal_owner: list[Strategy | None] = field(default_factory=list)
+    # the journal plans of the program (per granularity) that this run's journals use,
+    # looked up once a run instead of once an op (``Region.journal_open``)
+    journal_plans: dict[int | None, Any] = field(default_factory=dict)
     temp_now: int = 0
     temp_peak: int = 0
     replayed_ops: int = 0
@@ -328,12 +354,21 @@ class Strategy:
                draws: Mapping[int, np.ndarray] | None = None) -> list[OpValues]:
         """Re-execute segment ``s`` from the current state, capturing each op's operands."""
         a, b = tape.bounds[s]
-        program, execute = tape.program, self.execute
-        if draws is None:
-            out = [execute(program, k, state, None) for k in range(a, b)]
-        else:
-            out = [execute(program, k, state, draws.get(k)) for k in range(a, b)]
-        tape.borrow(sum([operand_bytes(rec) for rec in out]))  # all held until differentiated
+        program, forward = tape.program, self.forward
+        execute = _hook(self, "execute")  # None: :meth:`execute` itself, called inline
+        out = []
+        held = 0  # bytes of the operands and draws captured: all held until differentiated
+        for k in range(a, b):
+            d = None if draws is None else draws.get(k)
+            if execute is None:
+                rec = execute_op(program, k, state, draws=d, forward=forward)
+            else:
+                rec = execute(program, k, state, d)
+            held += 0 if rec.draws is None else rec.draws.nbytes
+            for v in rec.operands.values():
+                held += v.nbytes
+            out.append(rec)
+        tape.borrow(held)
         tape.replayed_ops += b - a
         return out
 
@@ -378,8 +413,9 @@ class Transaction:
 
 
 def _hook(strategy: Strategy, name: str) -> Any:
-    """``strategy``'s bound hook ``name``, or None where it keeps :class:`Strategy`'s
-    (which does nothing): the run loop then skips the call."""
+    """``strategy``'s bound method ``name``, or None where it keeps :class:`Strategy`'s
+    (a hook that does nothing: the run loop then skips the call; ``execute``: the
+    replay calls ``execute_op`` itself)."""
     if getattr(type(strategy), name) is getattr(Strategy, name):
         return None
     return getattr(strategy, name)
@@ -447,6 +483,17 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
                 scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 
 
+def _adjoints(program: Program, plan: RunPlan, xp: ModuleType) -> dict[str, Any]:
+    """Backward's starting adjoints, one float64 slot per byte of each buffer."""
+    if xp is np:
+        return {name: a.copy() for name, a in plan.adjoint.items()}
+    adj = {b.name: xp.zeros(b.nbytes, dtype=xp.float64) for b in program.buffers}
+    loss = layouts(program)[program.loss.view]
+    if loss.view.is_float:
+        scatter_add(xp, adj[loss.view.buffer], loss.starts_in(xp), xp.asarray(plan.loss_weights))
+    return adj
+
+
 @quiet
 def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
                    admission: Admission | None = None, xp: ModuleType | None = None
@@ -470,27 +517,28 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     retained = sum(tape.retained)
     seg_retained = tuple(tape.retained)
 
-    lay = tape.lay
-    adj = {b.name: xp.zeros(b.nbytes, dtype=xp.float64) for b in program.buffers}
-    loss = lay[program.loss.view]
-    if loss.view.is_float:
-        weights = run_plan(program).loss_weights
-        if xp is np:  # the loss view's elements are distinct slots: no add.at needed
-            adj[loss.view.buffer][loss.starts] += weights
-        else:
-            scatter_add(xp, adj[loss.view.buffer], loss.starts_in(xp), xp.asarray(weights))
+    plan = run_plan(program)
+    adj = _adjoints(program, plan, xp) if admission.supported else None
     replays: list[Snapshot | None] = [None] * len(tape.bounds)
     for s in reversed(range(len(tape.bounds))):
         rec = strategies[s].recover(tape, s, state)
         replays[s] = rec.replay
-        if admission.supported:
+        if adj is not None:
             _back_segment(tape, adj, tape.bounds[s][0], rec.ops)
         tape.temp_now = 0  # the segment's workspace is released once it is differentiated
 
     gradient = None
-    if admission.supported:
-        parts = [adj[lay[n].view.buffer][lay[n].starts_in(xp)] for n in program.inputs]
-        gradient = to_host(xp.concatenate(parts)) if parts else np.empty(0, np.float64)
+    if adj is not None:
+        if xp is np:
+            parts = [adj[b][starts] for b, starts in plan.gradient_at]
+            if len(parts) == 1:  # (a gather: already a fresh array)
+                gradient = parts[0]
+            else:
+                gradient = np.concatenate(parts) if parts else np.empty(0, np.float64)
+        else:
+            lay = tape.lay
+            parts = [adj[lay[n].view.buffer][lay[n].starts_in(xp)] for n in program.inputs]
+            gradient = to_host(xp.concatenate(parts)) if parts else np.empty(0, np.float64)
     return EngineResult(
         engine=name, gradient=gradient, reason="" if admission.supported else admission.reason,
         forward=forward, final=state.snapshot(), replays=tuple(replays),

@@ -381,7 +381,10 @@ class Region(Strategy):
         return tuple(out)
 
     def journal_open(self, tape: Tape, k: int, state: State) -> Any:
-        j = self.journal_plan(tape)[k]
+        plan = tape.journal_plans.get(self.granularity)  # looked up once a run
+        if plan is None:
+            plan = tape.journal_plans[self.granularity] = self.journal_plan(tape)
+        j = plan[k]
         return j, state.buffers[j.buffer][j.index]  # old bytes of every region it may write
 
     def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpValues,
@@ -472,8 +475,7 @@ class Guarded(Region):
         super().begin(tape, s, state)
         self._whole.begin(tape, s, state)
 
-    def after(self, tape: Tape, s: int, k: int, state: State, ev: OpValues) -> None:
-        self._whole.after(tape, s, k, state, ev)
+    after = Whole.after  # the draws kept as a whole anchor keeps them (no call through)
 
     def end(self, tape: Tape, s: int, state: State) -> None:
         a, b = tape.bounds[s]

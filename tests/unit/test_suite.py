@@ -309,6 +309,14 @@ def test_the_heap_is_frozen_out_of_collections_while_a_suite_runs_and_given_back
               on_program=lambda _o, _n: during.append(gc.get_freeze_count()))
     assert during and all(n > 0 for n in during)
     assert gc.get_freeze_count() == before
+    if before == 0:  # and what the run keeps is frozen as it comes (given back after)
+        kept = []
+        run_suite(SuiteConfig(programs=3, seed=0, workers=1, out=tmp_path / "c", shrink=False),
+                  on_program=lambda o, _n: kept.append((o, gc.get_freeze_count())))
+        assert all(gc.is_tracked(o) and n > 0 for o, n in kept)
+        counts = [n for _, n in kept]
+        assert counts == sorted(set(counts))  # growing: what was kept is frozen
+        assert gc.get_freeze_count() == 0
     if before == 0:  # a caller's own frozen objects are left frozen
         gc.freeze()
         try:

@@ -55,7 +55,7 @@ def reference_bytes(program: Program, check: str) -> tuple[int, int]:
 
     The shadow (coordinates x addresses for the forward Jacobian, x 8-byte words for the
     complex step) lives throughout, beside the forward Jacobian's tags (int64, counted
-    per buffer byte: a bound, they are kept per 4-byte word);
+    per buffer byte: a bound, they are kept per 4-byte word, and only where needed);
     on top comes the largest working set of one step: an op's source tangents (gathered
     and masked: 2 arrays per source) and its rule's temporaries and result (3 per
     destination), the inputs' seeds or the loss's tangents and weighted product. Each of

@@ -6,7 +6,8 @@ element address (buffer, first byte, dtype) owns one row of a tangent array of s
 a tag, the address whose write last covered it (or "constant", or "integer write"),
 kept once per aligned 4-byte word (every write covers whole words); a float read of an
 element is defined iff all its bytes carry that element's own address or are all
-constant, which is SPEC §3's admission rule stated on addresses. Values come from
+constant, which is SPEC §3's admission rule stated on addresses (a program whose
+layout makes every float read defined keeps no tags: ``_always_defined``). Values come from
 :func:`execute_op` (the interpreter's ``FORWARD``). What does not depend on values (the
 addresses, each view's words and tags, each op's step and coefficients, and, on wide
 tangents, which ops' tangents can reach the loss at all) is derived once per program
@@ -154,11 +155,12 @@ class _ViewTags(NamedTuple):
     exactly what one tag per byte would (the interpreter's ``_Writers`` argues the same).
     Arrays are element-major: an element's words are consecutive. (A NamedTuple, as the
     other per-program records here: one is built per view of every checked program.)
+    A plan that keeps no tags (``_always_defined``) leaves the tag fields None and empty.
     """
 
     name: str
     size: int
-    words: np.ndarray  # index of each element's words in the storage's tag array
+    words: np.ndarray | None  # index of each element's words in the storage's tag array
     own: np.ndarray | None  # float views: the address of each element (its tangent row)
     rows: slice | np.ndarray | None  # ``own`` as a slice when consecutive: no gather/scatter
     own_tags: np.ndarray | None  # ``own`` repeated per word: the tags its own writes leave
@@ -190,6 +192,8 @@ class _Plan:
     loss: _ViewTags
     loss_float: bool
     weights: np.ndarray  # the loss weights, float64
+    # False when no float read can see undefined bytes (``_always_defined``): no tags kept
+    tagged: bool = True
 
 
 def _plan(program: Program) -> _Plan:
@@ -230,24 +234,34 @@ def _derive_plan(program: Program) -> _Plan:
     float_keys = keys[:bounds[n_float]]
     ids, count = _ranks(float_keys, 2 * n_words)
     rows = as_slices(ids, bounds[:n_float + 1])
-    # Per element, two words and two tags, flat: element j's first word (and tag) at 2j,
-    # the second, used by 8-byte elements, at 2j + 1. A view's words and tags are then one
-    # slice (every second entry for 4-byte elements).
-    own2 = np.repeat(ids, 2)  # float views' elements
-    words2 = ((keys // 2)[:, None] + np.arange(2)).reshape(-1)  # every view's
-
     views: dict[str, _ViewTags] = {}
     of_view: dict[str, np.ndarray] = {}
-    for i, lo in enumerate(los):
-        at, n, name, wide = bounds[i], lo.size, lo.view.name, lo.dtype.itemsize == 8
-        words = words2[2 * at:2 * (at + n)] if wide else words2[2 * at:2 * (at + n):2]
-        const = CONST_TAGS * (2 * n if wide else n)
-        if i < n_float:
-            own = of_view[name] = ids[at:at + n]
-            tags = own2[2 * at:2 * (at + n)] if wide else own
-            views[name] = _ViewTags(name, n, words, own, rows[i], tags, tags.tobytes(), const)
-        else:
-            views[name] = _ViewTags(name, n, words, None, None, None, b"", const)
+    tagged = not _always_defined(program, lay)
+    if not tagged:  # no tags: a view is its addresses (``_UntaggedShadow``)
+        for i, lo in enumerate(los):
+            at, n, name = bounds[i], lo.size, lo.view.name
+            if i < n_float:
+                own = of_view[name] = ids[at:at + n]
+                views[name] = _ViewTags(name, n, None, own, rows[i], None, b"", b"")
+            else:
+                views[name] = _ViewTags(name, n, None, None, None, None, b"", b"")
+    else:
+        # Per element, two words and two tags, flat: element j's first word (and tag) at
+        # 2j, the second, used by 8-byte elements, at 2j + 1. A view's words and tags are
+        # then one slice (every second entry for 4-byte elements).
+        own2 = np.repeat(ids, 2)  # float views' elements
+        words2 = ((keys // 2)[:, None] + np.arange(2)).reshape(-1)  # every view's
+        for i, lo in enumerate(los):
+            at, n, name, wide = bounds[i], lo.size, lo.view.name, lo.dtype.itemsize == 8
+            words = words2[2 * at:2 * (at + n)] if wide else words2[2 * at:2 * (at + n):2]
+            const = CONST_TAGS * (2 * n if wide else n)
+            if i < n_float:
+                own = of_view[name] = ids[at:at + n]
+                tags = own2[2 * at:2 * (at + n)] if wide else own
+                views[name] = _ViewTags(name, n, words, own, rows[i], tags, tags.tobytes(),
+                                        const)
+            else:
+                views[name] = _ViewTags(name, n, words, None, None, None, b"", const)
 
     steps = []
     for op in program.ops:
@@ -268,7 +282,29 @@ def _derive_plan(program: Program) -> _Plan:
     live = (_live(steps, loss if loss_float else None, count) if n_coords >= LIVE_MIN_COORDS
             else (True,) * len(steps))
     return _Plan(Addresses(count, of_view), n_words, n_coords, inputs, tuple(steps), live,
-                 loss, loss_float, np.asarray(program.loss.weights, dtype=np.float64))
+                 loss, loss_float, np.asarray(program.loss.weights, dtype=np.float64), tagged)
+
+
+def _always_defined(program: Program, lay: dict) -> bool:
+    """Whether every float read of the program is defined whatever its values, so that
+    the tags could only ever say "defined": when in each buffer all float views have one
+    itemsize s and start every element at a multiple of s (two float elements then cover
+    the same bytes, the same address, or disjoint ones) and no integer op writes a buffer
+    holding a float view. A word is then CONST or tagged by the one address covering it,
+    and the words of an element are written together: all CONST or all its own."""
+    itemsize: dict[str, int] = {}  # per buffer, the itemsize of its float views
+    for lo in lay.values():
+        v = lo.view
+        if v.is_float:
+            s = lo.dtype.itemsize
+            if itemsize.setdefault(v.buffer, s) != s or v.offset % s or any(
+                    st % s for st in v.strides):
+                return False
+    for op in program.ops:
+        dst = lay[op.dst].view
+        if not dst.is_float and dst.buffer in itemsize:
+            return False
+    return True
 
 
 # Programs whose tangents have at least this many coordinates skip the ops whose tangents
@@ -388,6 +424,35 @@ class _Shadow:
         return f"{where}: its bytes are not one float write of this element's address"
 
 
+class _UntaggedShadow(_Shadow):
+    """The shadow of a program whose float reads are all defined (``_always_defined``):
+    its tags could only say so, so none are kept or tested."""
+
+    def __init__(self, plan: _Plan, precision: type = PRECISION):
+        self.tangent = np.zeros((plan.addresses.count, plan.n_coords), dtype=precision)
+
+    def read(self, vt: _ViewTags) -> tuple[np.ndarray, int | None]:
+        return self.tangent[vt.rows], None
+
+    def undefined(self, vt: _ViewTags) -> int | None:
+        return None
+
+    def seed(self, vt: _ViewTags, first: int) -> None:
+        self.tangent[vt.rows] = 0.0
+        self.tangent[vt.own, first + np.arange(vt.size)] = 1.0
+
+    def write(self, vt: _ViewTags, tangent: np.ndarray | None, where) -> None:
+        if tangent is None:  # an integer write: no float view's bytes (see _always_defined)
+            return
+        if where is None:
+            self.tangent[vt.rows] = tangent
+        else:
+            self.tangent[vt.own[where]] = tangent
+
+    def tag(self, vt: _ViewTags, where) -> None:
+        pass
+
+
 def _no_tangent(k: int, step: _TangentStep) -> ValueError:
     return ValueError(f"op {k}: {step.op.kind.value} writes a float view but has no tangent")
 
@@ -429,7 +494,7 @@ def forward_jacobian(
     """
     plan = _plan(program)
     n_coords = plan.n_coords
-    shadow = _Shadow(plan, precision)
+    shadow = (_Shadow if plan.tagged else _UntaggedShadow)(plan, precision)
     at = 0
     for vt in plan.inputs:
         shadow.seed(vt, at)

@@ -160,6 +160,28 @@ def test_skipping_the_complex_evaluations_that_cannot_reach_the_loss_changes_not
         assert a.tobytes() == b.tobytes()
 
 
+def test_programs_whose_float_reads_are_always_defined_keep_no_tags(monkeypatch):
+    # Where the layout alone makes every float read defined (``_always_defined``: one
+    # itemsize per buffer's float views, aligned elements, no integer write into them) the
+    # forward Jacobian keeps no tags; with them kept anyway, every result is the same.
+    module = forward_jacobian_module
+    assert module._always_defined(load("shift-both-ways"), layouts(load("shift-both-ways")))
+    for name in ("int-write-under-float-read", "int-reads-float-bits"):
+        assert not module._always_defined(load(name), layouts(load(name)))
+    programs = [generate(9, i, family) for family in ("alias", "complex", "derivative")
+                for i in range(8)]
+    programs = [p for p in programs if module._always_defined(p, layouts(p))]
+    assert len(programs) >= 12
+    untagged = [forward_jacobian(dataclasses.replace(p)) for p in programs]
+    monkeypatch.setattr(module, "_always_defined", lambda program, lay: False)
+    for p, a in zip(programs, untagged):
+        b = forward_jacobian(dataclasses.replace(p))  # (a fresh plan: tags kept)
+        assert a.refused_op is b.refused_op is None and a.reason == b.reason == ""
+        for x, y in ((a.gradient, b.gradient), (a.loss_tangent, b.loss_tangent)):
+            assert np.array_equal(x, y, equal_nan=True)
+            assert np.array_equal(np.signbit(x), np.signbit(y))
+
+
 def test_integer_reads_of_float_bits_keep_the_derivative():
     p = load("int-reads-float-bits")
     ex = execute(p)

@@ -19,7 +19,7 @@ import numpy as np
 from replayverify.programs.generate import VIEW_KINDS, view_kind
 from replayverify.programs.interpreter import Execution
 from replayverify.programs.model import DTYPES, FLOAT_DTYPES, INT_DTYPES, OP_SPECS, DtypeRule
-from replayverify.programs.state import layouts
+from replayverify.programs.state import ViewLayout, layouts
 
 # The refusal kinds of SPEC §3 and the phrase of the interpreter's reason that names each.
 REFUSALS = {
@@ -28,7 +28,6 @@ REFUSALS = {
     "different byte extent": "at a different byte extent",
 }
 DRAW_POSITIONS = ("only op", "first op", "inside", "last op")
-DTYPES_BY_CODE = dict(enumerate(DTYPES))
 
 
 def refusal_kind(reason: str) -> str:
@@ -103,32 +102,69 @@ def program_coverage(ex: Execution) -> dict:
     }
 
 
+def _byte_mask(layout: ViewLayout, where: np.ndarray | None = None) -> int:
+    """The bytes of the view's elements at ``where`` (all when None) as a bit mask over
+    its buffer (bit b: byte b).
+
+    A whole view with positive strides is an element's bytes repeated along each axis:
+    the mask is one element's times (2^(n s) - 1) / (2^s - 1) per axis (n elements s
+    bytes apart), shifted by the offset; a view's elements share no byte, so the product
+    adds disjoint bits, with no carries."""
+    v = layout.view
+    one = (1 << v.itemsize) - 1  # an element's bytes at offset 0
+    if where is None and all(s > 0 for s in v.strides):
+        mask = one
+        for n, s in zip(v.shape, v.strides):
+            mask *= ((1 << (n * s)) - 1) // ((1 << s) - 1)
+        return mask << v.offset
+    starts = layout.starts if where is None else layout.starts[where]
+    mask = 0
+    for start in starts.tolist():
+        mask |= one << start
+    return mask
+
+
 def _reads_of_other_dtypes(ex: Execution, views: dict, by_buffer: dict[str, set[str]]
                            ) -> set[str]:
     """"<dtype> read of <dtype>-written bytes" for every float read (float ops' sources,
     the loss) of bytes whose last writer (an input or an op) had another dtype."""
     program = ex.program
     lay = layouts(program)
-    # the dtype that last wrote each byte (-1: init or never written). Only a buffer seen
-    # through two dtypes or more can have such reads, so only those buffers are followed.
-    code = {d: i for i, d in enumerate(DTYPES)}
-    writer = {b.name: np.full(b.nbytes, -1, np.int8) for b in program.buffers
-              if len(by_buffer.get(b.name, ())) > 1}
-    for name in program.inputs:
-        if views[name].buffer in writer:
-            writer[views[name].buffer][lay[name].byte_index] = code[views[name].dtype]
+    # per buffer, the bytes each dtype wrote last, as bit masks (the buffers are a few
+    # hundred bytes: a write or a read is a few big-integer operations, not an index
+    # array). Only a buffer seen through two dtypes or more can have such reads, so only
+    # those buffers are followed.
+    written: dict[str, dict[str, int]] = {b.name: {} for b in program.buffers
+                                          if len(by_buffer.get(b.name, ())) > 1}
+    masks: dict[str, int] = {}  # each whole view's
+
+    def whole(name: str) -> int:
+        m = masks.get(name)
+        if m is None:
+            m = masks[name] = _byte_mask(lay[name])
+        return m
+
+    def write(name: str, where: np.ndarray | None) -> None:
+        last = written.get(views[name].buffer)
+        if last is not None:
+            m = whole(name) if where is None else _byte_mask(lay[name], where)
+            for dtype in last:
+                last[dtype] &= ~m
+            last[views[name].dtype] = last.get(views[name].dtype, 0) | m
+
     reads: set[str] = set()
 
     def read(name: str) -> None:
         v = views[name]
-        if not v.is_float or v.buffer not in writer:
+        if not v.is_float or v.buffer not in written:
             return
-        counts = np.bincount(writer[v.buffer][lay[name].byte_index] + 1,
-                             minlength=len(DTYPES) + 1)  # bytes per writer, -1 first
-        for c, n in enumerate(counts[1:].tolist()):
-            if n and DTYPES_BY_CODE[c] != v.dtype:
-                reads.add(f"{v.dtype} read of {DTYPES_BY_CODE[c]}-written bytes")
+        m = whole(name)
+        for dtype, bits in written[v.buffer].items():
+            if dtype != v.dtype and bits & m:
+                reads.add(f"{v.dtype} read of {dtype}-written bytes")
 
+    for name in program.inputs:
+        write(name, None)
     for rec, ver in zip(ex.records, ex.versions):
         op = rec.op
         if views[op.dst].is_float:
@@ -137,9 +173,7 @@ def _reads_of_other_dtypes(ex: Execution, views: dict, by_buffer: dict[str, set[
                 # at the element's own extent (in its own dtype): nothing to look for
                 if f not in ver.complete:
                     read(getattr(op, f))
-        if views[op.dst].buffer in writer:
-            writer[views[op.dst].buffer][lay[op.dst].bytes_of(rec.where)] = \
-                code[views[op.dst].dtype]
+        write(op.dst, rec.where)
     read(program.loss.view)
     return reads
 

@@ -98,3 +98,23 @@ def test_only_refused_programs_read_bytes_another_dtype_wrote():
                 assert reads == set(), (family, i)
             seen[bool(reads)] += 1
     assert seen[True] and seen[False]  # both kinds of program occurred
+
+
+def test_a_views_byte_mask_has_the_bits_of_its_bytes():
+    """``_byte_mask`` (the repeated-element product for a whole view, one bit per byte of
+    the elements at ``where`` otherwise) sets exactly the bits of the view's bytes."""
+    import numpy as np
+
+    from replayverify.programs.state import layouts
+    from replayverify.verifier.coverage import _byte_mask
+
+    def bits(index: np.ndarray) -> int:
+        return sum(1 << b for b in set(index.tolist()))
+
+    rng = np.random.default_rng(0)
+    for family in ("mixed", "alias", "bytes", "hazard"):
+        for i in range(6):
+            for lay in layouts(generate(1, i, family)).values():
+                assert _byte_mask(lay) == bits(lay.byte_index)
+                where = np.flatnonzero(rng.random(lay.size) < 0.5)
+                assert _byte_mask(lay, where) == bits(lay.bytes_of(where))

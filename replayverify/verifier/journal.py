@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from replayverify.untrusted import dumps
+
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
@@ -48,7 +50,8 @@ class Journal:
             self._sizes[key] += len(chunk)
         self.done += 1
         mark = {"done": self.done, **self._sizes}
-        self._progress.write(json.dumps(mark) + "\n")
+        # (the one-line encoder made once: json.dumps sets one up on every call)
+        self._progress.write(dumps(mark) + "\n")
         self._progress.flush()
 
     def close(self) -> None:

@@ -224,7 +224,7 @@ class ReadSet(Strategy):
     name = "readset"
 
     def retained_fields(self, op: Op) -> tuple[str, ...]:
-        return read_fields(op)
+        return READ_FIELDS[op.kind]  # (read_fields, asked once an op)
 
     def plan(self, tape: Tape, k: int) -> ReadSetPlan:
         return readset_plan(tape, k, tuple(self.retained_fields(tape.plans[k].op)))
@@ -370,14 +370,18 @@ class Region(Strategy):
 
     def _journal_plan(self, program: Program, tape: Tape) -> tuple[JournalOp, ...]:
         sizes = {b.name: b.nbytes for b in program.buffers}
+        made: dict[str, JournalOp] = {}  # per destination view (about two ops write each)
         out = []
         for op in tape.plans:
             dst = op.dst
-            g = self.granularity or dst.dtype.itemsize
-            idx, regions = dst.regions(g, sizes[dst.view.buffer], tape.xp)
-            out.append(JournalOp(dst.view.buffer, idx, regions,
-                                 2 * int(idx.size) + INDEX_BYTES * regions, g,
-                                 dst.dtype.itemsize))
+            j = made.get(dst.view.name)
+            if j is None:
+                g = self.granularity or dst.dtype.itemsize
+                idx, regions = dst.regions(g, sizes[dst.view.buffer], tape.xp)
+                j = made[dst.view.name] = JournalOp(
+                    dst.view.buffer, idx, regions, 2 * int(idx.size) + INDEX_BYTES * regions, g,
+                    dst.dtype.itemsize)
+            out.append(j)
         return tuple(out)
 
     def journal_open(self, tape: Tape, k: int, state: State) -> Any:
@@ -422,8 +426,12 @@ class Region(Strategy):
             return []
         a, b = tape.bounds[first][0], tape.bounds[stop - 1][1]
         get = tape.data.get
-        found = [get(("journal", k)) for k in range(a, b)]
-        return [e for e in found if e is not None]
+        out = []
+        for k in range(a, b):
+            entry = get(("journal", k))
+            if entry is not None:
+                out.append(entry)
+        return out
 
     def undo_span(self, tape: Tape, s: int, t: int) -> tuple[int, int]:
         """Segments whose writes are undone to recover ``s`` from the state at ``t``."""
@@ -479,20 +487,25 @@ class Guarded(Region):
 
     def end(self, tape: Tape, s: int, state: State) -> None:
         a, b = tape.bounds[s]
-        sizes = tape.sizes  # key -> (segment, bytes) of everything retained
+        sizes, plans = tape.sizes, tape.plans  # (sizes: key -> (segment, bytes) retained)
         journal, anchor = [("rng", s)], [("anchor", s)]  # each representation's keys
         j_bytes, a_bytes = sizes[journal[0]][1], sizes[anchor[0]][1]
         for k in range(a, b):
-            hit = sizes.get(("journal", k))
+            key = ("journal", k)
+            hit = sizes.get(key)
             if hit is not None:
-                journal.append(("journal", k))
+                journal.append(key)
                 j_bytes += hit[1]
-            hit = sizes.get(("draws", k))
-            if hit is not None:
-                anchor.append(("draws", k))
-                a_bytes += hit[1]
+            if plans[k].draws:  # (only draw ops keep draws)
+                key = ("draws", k)
+                hit = sizes.get(key)
+                if hit is not None:
+                    anchor.append(key)
+                    a_bytes += hit[1]
         use_anchor = a_bytes < j_bytes
-        dropped = sum([tape.drop(key) for key in (journal if use_anchor else anchor)])
+        dropped = 0
+        for key in journal if use_anchor else anchor:
+            dropped += tape.drop(key)
         tape.borrow(dropped)  # both were held until here
         tape.give_back(dropped)
         tape.anchored[s] = use_anchor

@@ -145,8 +145,8 @@ def bytes_verdict(result: EngineResult, execution: Execution,
 
 
 def _engines(names: Sequence[str | Engine] | None) -> list[tuple[str, Engine]]:
-    if names is None:
-        names = list(registry.engine_names())
+    if names is None:  # the registered engines: found by their names as they are
+        return [(name, registry.get(name)) for name in registry.engine_names()]
     out = []
     for item in names:
         if isinstance(item, str):

@@ -97,12 +97,15 @@ def _reference_sizes(program: Program) -> _Sizes:
     # (the interpreter's op steps, derived once: a float op's ``sources`` are its value
     # sources' layouts; a plain loop: a comprehension per op costs more than its items)
     for step in op_steps(program):
-        if step.dst.view.is_float:
+        if step.dtype.kind == "f":  # (the destination's dtype: a float op)
             src = 0
             for _, lo in step.sources:
                 src += lo.size
-            fj_op_max = max(fj_op_max, 2 * src + 3 * step.size)
-            cs_op_max = max(cs_op_max, src + 2 * step.size)
+            fj, cs = 2 * src + 3 * step.size, src + 2 * step.size
+            if fj > fj_op_max:  # (comparisons: a max() call per op costs more)
+                fj_op_max = fj
+            if cs > cs_op_max:
+                cs_op_max = cs
     inputs = [lay[name].size for name in program.inputs]
     return _Sizes(sum(inputs), max(inputs, default=0), lay[program.loss.view].size,
                   fj_op_max, cs_op_max)

@@ -236,7 +236,7 @@ def _derive_plan(program: Program) -> _Plan:
     rows = as_slices(ids, bounds[:n_float + 1])
     views: dict[str, _ViewTags] = {}
     of_view: dict[str, np.ndarray] = {}
-    tagged = not _always_defined(program, lay)
+    tagged = not _always_defined(program, floats, lay)
     if not tagged:  # no tags: a view is its addresses (``_UntaggedShadow``)
         for i, lo in enumerate(los):
             at, n, name = bounds[i], lo.size, lo.view.name
@@ -285,24 +285,25 @@ def _derive_plan(program: Program) -> _Plan:
                  loss, loss_float, np.asarray(program.loss.weights, dtype=np.float64), tagged)
 
 
-def _always_defined(program: Program, lay: dict) -> bool:
+def _always_defined(program: Program, floats: list, lay: dict) -> bool:
     """Whether every float read of the program is defined whatever its values, so that
-    the tags could only ever say "defined": when in each buffer all float views have one
-    itemsize s and start every element at a multiple of s (two float elements then cover
-    the same bytes, the same address, or disjoint ones) and no integer op writes a buffer
-    holding a float view. A word is then CONST or tagged by the one address covering it,
-    and the words of an element are written together: all CONST or all its own."""
+    the tags could only ever say "defined": when in each buffer all float views (the
+    layouts ``floats``) have one itemsize s and start every element at a multiple of s
+    (two float elements then cover the same bytes, the same address, or disjoint ones)
+    and no integer op writes a buffer holding a float view. A word is then CONST or
+    tagged by the one address covering it, and the words of an element are written
+    together: all CONST or all its own."""
     itemsize: dict[str, int] = {}  # per buffer, the itemsize of its float views
-    for lo in lay.values():
-        v = lo.view
-        if v.is_float:
-            s = lo.dtype.itemsize
-            if itemsize.setdefault(v.buffer, s) != s or v.offset % s or any(
-                    st % s for st in v.strides):
+    for lo in floats:  # (plain loops: a generator per view costs more than its items)
+        v, s = lo.view, lo.dtype.itemsize
+        if itemsize.setdefault(v.buffer, s) != s or v.offset % s:
+            return False
+        for stride in v.strides:
+            if stride % s:
                 return False
     for op in program.ops:
         dst = lay[op.dst].view
-        if not dst.is_float and dst.buffer in itemsize:
+        if dst.buffer in itemsize and not dst.is_float:
             return False
     return True
 

@@ -53,10 +53,12 @@ def reference_run(program: Program, start: Snapshot | None = None, *,
     ops: list[OpValues] = []
     ends = []
     before_draw = None
-    for _, hi in program.segment_bounds():
-        if first_draw is not None and len(ops) <= first_draw < hi:
+    for lo, hi in program.segment_bounds():
+        if first_draw is not None and lo <= first_draw < hi:
             ops += itertools.islice(steps, first_draw - len(ops))
-            before_draw = state.snapshot()
+            # (at the segment's start, the state kept there: the start or the last end)
+            before_draw = (state.snapshot() if first_draw > lo else ends[-1] if ends
+                           else start)
         ops += itertools.islice(steps, hi - len(ops))
         ends.append(state.snapshot())
     n = len(ops)

@@ -291,7 +291,9 @@ def check_execution(
     if Check.FINAL_STORAGE in wanted:
         run(Check.FINAL_STORAGE, lambda: final_storage_control(ex))
     if Check.WRONG_RNG in wanted:
-        run(Check.WRONG_RNG, lambda: wrong_rng_control(ex, reference()))
+        # (the plain run when a reference made it; not made for this control alone, which
+        # would run the whole program to save the few ops before the first draw)
+        run(Check.WRONG_RNG, lambda: wrong_rng_control(ex, plain[0] if plain else None))
 
     engine_wanted = [c for c in ENGINE_CHECKS if c in wanted]
     if engine_wanted and (engines is None or len(engines) or mutants):

@@ -1,7 +1,7 @@
 """Suite speed: programs per second, and verification time over plain interpretation.
 
 Run: python benchmarks/suite_speed.py [--programs 1024] [--workers 2] [--seed 0]
-     [--breakdown] [--dask local:2 | --dask tcp://HOST:8786]
+     [--repeat N] [--breakdown] [--dask local:2 | --dask tcp://HOST:8786]
 
 Measures, in one run: (1) the wall time of `run_suite` on the default mix with the
 given workers; (2) the time of one plain (unversioned) forward interpretation of every
@@ -10,6 +10,9 @@ second and the ratio (full verification, per program and per worker) / (plain fo
 so the figure does not depend on the machine's speed; then the same ratio over the plain
 forward run with the process's heap frozen out of the garbage collector (median of
 three passes), the condition the suite's own processes run under and the steadier figure.
+One run's ratio swings by up to 10 % on a shared machine (the machine's speed drifts
+between the baseline and the suite): ``--repeat N`` measures N times, baseline then suite,
+prints each run, and reports the run with the median ratio.
 
 With ``--dask ADDRESS`` it also runs the same suite through Dask, in the same process
 run: for ``local:N``, local processes and a LocalCluster with 1 and with N workers
@@ -32,6 +35,7 @@ import gc
 import json
 import os
 import pickle
+import statistics
 import tempfile
 import time
 from dataclasses import replace
@@ -180,6 +184,9 @@ def main() -> None:
                     help="also run on Dask: local:N or a scheduler address")
     ap.add_argument("--dask-batch", default="1", metavar="K[,K...]",
                     help="programs per Dask task; each value is one Dask run (default 1)")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="measure N times (baseline, then suite) and report the run with the "
+                         "median ratio: one run swings by up to 10 %% on a shared machine")
     ap.add_argument("--breakdown", action="store_true",
                     help="also time each stage of a suite program, in this process")
     args = ap.parse_args()
@@ -192,13 +199,27 @@ def main() -> None:
     # cached), so the ratio is per-program work, not one-time imports. The baseline is
     # one pass over fresh program objects, as the target was set with.
     programs = [replace(pid.build()[0]) for pid in suite_ids(args.programs, args.seed)]
-    plain, plain_wall = _plain_pass(programs)
-    with tempfile.TemporaryDirectory() as tmp:
-        t, c0 = time.perf_counter(), os.times()
-        summary = run_suite(SuiteConfig(programs=args.programs, seed=args.seed,
-                                        workers=args.workers, out=Path(tmp) / "suite"))
-        wall, c1 = time.perf_counter() - t, os.times()
-    cpu = sum(b - a for a, b in zip(c0[:4], c1[:4]))  # user+system, self and children
+    runs = []  # per repeat: (suite CPU, suite wall, summary, plain CPU, plain wall, frozen CPU)
+    for i in range(args.repeat):
+        plain, plain_wall = _plain_pass([replace(p) for p in programs] if i else programs)
+        with tempfile.TemporaryDirectory() as tmp:
+            t, c0 = time.perf_counter(), os.times()
+            summary = run_suite(SuiteConfig(programs=args.programs, seed=args.seed,
+                                            workers=args.workers, out=Path(tmp) / "suite"))
+            wall, c1 = time.perf_counter() - t, os.times()
+        cpu = sum(b - a for a, b in zip(c0[:4], c1[:4]))  # user+system, self and children
+        runs.append((cpu, wall, summary, plain, plain_wall, _frozen_plain(programs)))
+        if args.repeat > 1:
+            print(f"run {i + 1}/{args.repeat}: suite CPU {cpu:.2f} s, plain forward "
+                  f"{plain:.3f} s: {cpu / plain:.1f}x; heap frozen {runs[-1][5]:.3f} s: "
+                  f"{cpu / runs[-1][5]:.1f}x", flush=True)
+    # the run whose one-pass ratio is the median (the lower middle one for an even count)
+    cpu, wall, summary, plain, plain_wall, plain_frozen = sorted(
+        runs, key=lambda r: r[0] / r[3])[(len(runs) - 1) // 2]
+    if args.repeat > 1:
+        print(f"(below: the run with the median ratio over the plain forward, of {len(runs)}; "
+              f"the frozen-heap ratio's median is "
+              f"{statistics.median(r[0] / r[5] for r in runs):.1f}x)")
     print(f"suite: {args.programs} programs, seed {args.seed}, {args.workers} workers, "
           f"{os.cpu_count()} CPUs; verdict {summary['verdict']}, {summary['records']} records")
     print(f"wall time                         {wall:8.2f} s  (target <= 20 s for 1,024 "
@@ -210,10 +231,18 @@ def main() -> None:
     print(f"verification / plain forward      {cpu / plain:8.1f}x  (CPU seconds; target <= 12x)")
     print(f"  in worker-seconds (wall)        {wall * args.workers / plain_wall:8.1f}x  "
           "(wall x workers over plain-forward wall: sensitive to other load)")
-    # The same baseline with this process's heap frozen out of the garbage collector
-    # (gc.freeze), the condition the suite's processes run under (its workers freeze what
-    # they inherit, run_suite the caller's heap): the collections of a plain pass otherwise
-    # walk the benchmark's own objects too (the built programs, the modules).
+    print(f"  baseline with the heap frozen   {plain_frozen:8.3f} s CPU (median of 3): "
+          f"{cpu / plain_frozen:.1f}x")
+    if args.breakdown:  # (timed with the heap frozen: its unit is that baseline)
+        breakdown(args, plain_frozen)
+
+
+def _frozen_plain(programs: list) -> float:
+    """The plain forward's CPU seconds with this process's heap frozen out of the garbage
+    collector (gc.freeze), median of three passes over fresh program objects: the
+    condition the suite's processes run under (its workers freeze what they inherit,
+    run_suite the caller's heap). The collections of a plain pass otherwise walk the
+    benchmark's own objects too (the built programs, the modules)."""
     frozen = []
     for _ in range(3):
         fresh = [replace(p) for p in programs]  # (nothing derived carried over)
@@ -221,11 +250,7 @@ def main() -> None:
         frozen.append(_plain_pass(fresh)[0])
         gc.unfreeze()
         del fresh
-    plain_frozen = sorted(frozen)[1]
-    print(f"  baseline with the heap frozen   {plain_frozen:8.3f} s CPU (median of 3): "
-          f"{cpu / plain_frozen:.1f}x")
-    if args.breakdown:  # (timed with the heap frozen: its unit is that baseline)
-        breakdown(args, plain_frozen)
+    return sorted(frozen)[1]
 
 
 if __name__ == "__main__":

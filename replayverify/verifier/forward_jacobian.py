@@ -32,7 +32,13 @@ import numpy as np
 
 from replayverify.programs.arrays import as_slices, unique_ints
 from replayverify.programs.errstate import quiet
-from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, scatter_winners
+from replayverify.programs.interpreter import (
+    FORWARD,
+    ForwardRule,
+    OpValues,
+    op_steps,
+    scatter_winners,
+)
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import layouts
 from replayverify.verifier.liveness import bit_mask, live_ops
@@ -236,7 +242,7 @@ def _derive_plan(program: Program) -> _Plan:
     rows = as_slices(ids, bounds[:n_float + 1])
     views: dict[str, _ViewTags] = {}
     of_view: dict[str, np.ndarray] = {}
-    tagged = not _always_defined(program, floats, lay)
+    tagged = not _always_defined(program, floats)
     if not tagged:  # no tags: a view is its addresses (``_UntaggedShadow``)
         for i, lo in enumerate(los):
             at, n, name = bounds[i], lo.size, lo.view.name
@@ -263,19 +269,20 @@ def _derive_plan(program: Program) -> _Plan:
             else:
                 views[name] = _ViewTags(name, n, words, None, None, None, b"", const)
 
+    # Per op, from the interpreter's op steps (derived once, and already by the run that
+    # made the execution): the destination's dtype and a float op's value sources.
     steps = []
-    for op in program.ops:
-        dst = lay[op.dst]
-        if not dst.view.is_float:  # an integer write: only its words matter
+    for step in op_steps(program):
+        op = step.op
+        if step.dtype.kind != "f":  # an integer write: only its words matter
             steps.append(_TangentStep(op, views[op.dst], False, (), False, {}))
             continue
         sources, cast = [], False
-        for f in op.spec.sources:
-            name = getattr(op, f)
-            sources.append((f, views[name]))
-            cast = cast or lay[name].dtype.char != "d"
+        for f, lo in step.sources:
+            sources.append((f, views[lo.view.name]))
+            cast = cast or lo.dtype.char != "d"
         steps.append(_TangentStep(op, views[op.dst], True, tuple(sources), cast,
-                                  coefs_of(op, dst.dtype)))
+                                  coefs_of(op, step.dtype)))
     inputs = tuple([views[name] for name in program.inputs])
     n_coords = sum([t.size for t in inputs])
     loss, loss_float = views[program.loss.view], lay[program.loss.view].view.is_float
@@ -285,7 +292,7 @@ def _derive_plan(program: Program) -> _Plan:
                  loss, loss_float, np.asarray(program.loss.weights, dtype=np.float64), tagged)
 
 
-def _always_defined(program: Program, floats: list, lay: dict) -> bool:
+def _always_defined(program: Program, floats: list) -> bool:
     """Whether every float read of the program is defined whatever its values, so that
     the tags could only ever say "defined": when in each buffer all float views (the
     layouts ``floats``) have one itemsize s and start every element at a multiple of s
@@ -301,9 +308,8 @@ def _always_defined(program: Program, floats: list, lay: dict) -> bool:
         for stride in v.strides:
             if stride % s:
                 return False
-    for op in program.ops:
-        dst = lay[op.dst].view
-        if dst.buffer in itemsize and not dst.is_float:
+    for step in op_steps(program):
+        if step.dtype.kind != "f" and step.dst.view.buffer in itemsize:
             return False
     return True
 

@@ -167,7 +167,7 @@ def test_programs_whose_float_reads_are_always_defined_keep_no_tags(monkeypatch)
     module = forward_jacobian_module
     def always_defined(p) -> bool:
         lay = layouts(p)
-        return module._always_defined(p, [lo for lo in lay.values() if lo.view.is_float], lay)
+        return module._always_defined(p, [lo for lo in lay.values() if lo.view.is_float])
 
     assert always_defined(load("shift-both-ways"))
     for name in ("int-write-under-float-read", "int-reads-float-bits"):
@@ -177,7 +177,7 @@ def test_programs_whose_float_reads_are_always_defined_keep_no_tags(monkeypatch)
     programs = [p for p in programs if always_defined(p)]
     assert len(programs) >= 12
     untagged = [forward_jacobian(dataclasses.replace(p)) for p in programs]
-    monkeypatch.setattr(module, "_always_defined", lambda program, floats, lay: False)
+    monkeypatch.setattr(module, "_always_defined", lambda program, floats: False)
     for p, a in zip(programs, untagged):
         b = forward_jacobian(dataclasses.replace(p))  # (a fresh plan: tags kept)
         assert a.refused_op is b.refused_op is None and a.reason == b.reason == ""

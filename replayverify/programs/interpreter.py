@@ -338,7 +338,24 @@ ReverseRule = Callable[[OpValues, Any], dict]
 
 
 def _f64(rec: OpValues, name: str) -> float:
-    return float(rec.op.coef_as(name, rec.dtype))
+    """``float(rec.op.coef_as(name, rec.dtype))``: the coefficient in the view's dtype,
+    as a float64. For a float64 view that conversion is ``float`` alone (no NumPy scalar
+    in between: the reverse sweeps and the engines' backward ask ~70 times a program)."""
+    value = getattr(rec.op, name)
+    return float(value) if rec.dtype is _FLOAT64 else float(rec.dtype.type(value))
+
+
+_FLOAT64 = DTYPES["float64"]  # NumPy's one float64 dtype (any other converts as before)
+
+
+def _rev_tanh(rec, g):
+    a = _f64(rec, "a")
+    return {"x": g * a * (1.0 - array_namespace(g).tanh(a * _x(rec)) ** 2)}
+
+
+def _rev_sin(rec, g):
+    a = _f64(rec, "a")
+    return {"x": g * a * array_namespace(g).cos(a * _x(rec))}
 
 
 def _rev_gather(rec, g):
@@ -366,10 +383,8 @@ def _x(rec: OpValues, f: str = "x") -> np.ndarray:
 REVERSE: dict[OpKind, ReverseRule | None] = {
     OpKind.AXPBY: lambda rec, g: {"x": g * _f64(rec, "a"), "y": g * _f64(rec, "b")},
     OpKind.MUL: lambda rec, g: {"x": g * _x(rec, "y"), "y": g * _x(rec)},
-    OpKind.TANH: lambda rec, g: {
-        "x": g * _f64(rec, "a") * (1.0 - array_namespace(g).tanh(_f64(rec, "a") * _x(rec)) ** 2)},
-    OpKind.SIN: lambda rec, g: {
-        "x": g * _f64(rec, "a") * array_namespace(g).cos(_f64(rec, "a") * _x(rec))},
+    OpKind.TANH: _rev_tanh,
+    OpKind.SIN: _rev_sin,
     OpKind.COPY: lambda rec, g: {"x": g},
     OpKind.NOISE: lambda rec, g: {"x": g},
     OpKind.DROPOUT: lambda rec, g: {
@@ -614,7 +629,9 @@ class Execution:
     @functools.cached_property
     def gradient(self) -> np.ndarray | None:
         """dL/d(inputs) by the reverse sweep (swept once), or None when admission refused it."""
-        return reverse_sweep(self) if self.admission.supported else None
+        if not self.admission.supported:
+            return None
+        return _sweep_rest(self)
 
     @functools.cached_property
     def stale(self) -> list[tuple[int, str]]:
@@ -626,7 +643,20 @@ class Execution:
     def hazard_gradient(self) -> np.ndarray:
         """:func:`hazard_gradient`, swept once: the generator's acceptance and the
         final-storage control both judge it."""
-        return reverse_sweep(self, operands=final_storage_operands(self))
+        return _sweep_rest(self, final_storage_operands(self))
+
+    @functools.cached_property
+    def _shared_sweep(self) -> tuple[int, np.ndarray]:
+        """(n, the adjoints after the reverse sweep over ops n.. ): the part of the sweep
+        that ``gradient`` and ``hazard_gradient`` share, swept once. Every op after the
+        last stale read (op n - 1) sees the same operands in both sweeps, so there both do
+        the same arithmetic on the same adjoints, bit for bit; they part at op n - 1 (and
+        share the whole sweep when nothing is stale). Swept inside :func:`_sweep_rest`'s
+        ``quiet``."""
+        stop = self.stale[-1][0] + 1 if self.stale else 0
+        adj = _loss_adjoints(self, np.longdouble)
+        _sweep_ops(self, adj, stop, len(self.records))
+        return stop, adj
 
     @functools.cached_property
     def final_views(self) -> dict[str, np.ndarray]:
@@ -744,9 +774,23 @@ def reverse_sweep(ex: Execution, reverse: Mapping[OpKind, ReverseRule | None] = 
     """
     # Adjoints accumulate in extended precision where the platform has it (x86: 80-bit),
     # so the reference's own rounding stays well below the tolerance it judges with.
+    adj = _loss_adjoints(ex, dtype)
+    _sweep_ops(ex, adj, 0, len(ex.records), reverse, operands)
+    return adj[ex.input_vids].astype(np.float64)
+
+
+def _loss_adjoints(ex: Execution, dtype: type) -> np.ndarray:
+    """The adjoints a reverse sweep starts from: the loss weights on the loss's versions."""
     adj = np.zeros(ex.n_nodes, dtype=dtype)
     _accumulate(adj, ex.loss_vids, np.asarray(ex.program.loss.weights, dtype=np.float64))
-    for rec, ver in zip(reversed(ex.records), reversed(ex.versions)):
+    return adj
+
+
+def _sweep_ops(ex: Execution, adj: np.ndarray, start: int, stop: int,
+               reverse: Mapping[OpKind, ReverseRule | None] = REVERSE,
+               operands: Callable[[OpValues], Operands] | None = None) -> None:
+    """:func:`reverse_sweep` over ops stop - 1 down to ``start``, in place on ``adj``."""
+    for rec, ver in zip(reversed(ex.records[start:stop]), reversed(ex.versions[start:stop])):
         rule = reverse[rec.op.kind]
         if rule is None or not rec.float_op or ver.writes.size == 0:
             continue
@@ -755,6 +799,16 @@ def reverse_sweep(ex: Execution, reverse: Mapping[OpKind, ReverseRule | None] = 
             rec = rec._replace(operands=operands(rec))
         for f, contrib in rule(rec, g).items():
             _accumulate(adj, ver.reads[f], contrib, f in ver.complete)
+
+
+@quiet
+def _sweep_rest(ex: Execution,
+                operands: Callable[[OpValues], Operands] | None = None) -> np.ndarray:
+    """dL/d(inputs): :func:`reverse_sweep`, continued from the part the two sweeps of an
+    execution share (``Execution._shared_sweep``: the ops from ``stop`` on)."""
+    stop, tail = ex._shared_sweep
+    adj = tail.copy()
+    _sweep_ops(ex, adj, 0, stop, REVERSE, operands)
     return adj[ex.input_vids].astype(np.float64)
 
 

@@ -64,7 +64,7 @@ __all__ = ["FAILING", "OUTCOMES", "Check", "Outcome", "Record", "make_record", "
 _SCALARS = (str, int, float, bool, type(None))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Record:
     """One verdict. ``engine`` is "" for checks that involve no engine."""
 
@@ -78,14 +78,24 @@ class Record:
     seconds: float = 0.0
     metrics: dict = field(default_factory=dict)  # retained_bytes, temporary_bytes, replayed_ops
 
-    def __post_init__(self) -> None:
-        if type(self.outcome) is not Outcome:  # a loaded string (the checkers pass members)
+    def __init__(self, program: str, sha256: str, check: Check | str, engine: str,
+                 outcome: Outcome | str, max_abs_err: float | None, detail: str = "",
+                 seconds: float = 0.0, metrics: dict | None = None) -> None:
+        """A loaded check or outcome string becomes its member; the fields are set as one
+        dict (a frozen dataclass's generated ``__init__`` sets each through
+        ``object.__setattr__``, then calls ``__post_init__``: twice the time, and a suite
+        makes ~15 records a program). ``metrics`` None: a dict of the record's own."""
+        if type(outcome) is not Outcome:  # a loaded string (the checkers pass members)
             try:
-                object.__setattr__(self, "outcome", Outcome(self.outcome))
+                outcome = Outcome(outcome)
             except ValueError:
-                raise ValueError(f"unknown outcome {self.outcome!r}") from None
-        if type(self.check) is not Check and self.check in Check._value2member_map_:
-            object.__setattr__(self, "check", Check(self.check))
+                raise ValueError(f"unknown outcome {outcome!r}") from None
+        if type(check) is not Check and check in Check._value2member_map_:
+            check = Check(check)
+        object.__setattr__(self, "__dict__", {
+            "program": program, "sha256": sha256, "check": check, "engine": engine,
+            "outcome": outcome, "max_abs_err": max_abs_err, "detail": detail,
+            "seconds": seconds, "metrics": {} if metrics is None else metrics})
 
     @property
     def is_mutant(self) -> bool:

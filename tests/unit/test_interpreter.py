@@ -265,3 +265,41 @@ def test_the_final_storage_sweep_reads_only_the_stale_operands():
             assert want.tobytes() == ex.hazard_gradient.tobytes()
             changed += not np.array_equal(want, ex.gradient)
     assert changed > 20  # the stale operands do change most of these gradients
+
+
+def test_the_two_sweeps_share_the_ops_after_the_last_stale_read():
+    """``gradient`` and ``hazard_gradient`` continue one shared sweep over the ops after
+    the last stale read; each is, bit for bit, its own whole sweep, whichever is asked
+    first."""
+    from replayverify.programs.interpreter import final_storage_operands, reverse_sweep
+
+    shared = 0
+    for family in ("derivative", "hazard", "alias", "mixed"):
+        for i in range(10):
+            for hazard_first in (False, True):
+                ex = execute(generate(4, i, family))
+                if not ex.admission.supported:
+                    continue
+                if hazard_first:
+                    ex.hazard_gradient
+                want = reverse_sweep(ex).tobytes()
+                assert ex.gradient.tobytes() == want
+                assert ex.hazard_gradient.tobytes() == reverse_sweep(
+                    ex, operands=final_storage_operands(ex)).tobytes()
+                stop = ex._shared_sweep[0]
+                shared += 0 < stop < len(ex.records)
+    assert shared > 20
+
+
+def test_reverse_rules_take_each_coefficient_in_the_views_dtype():
+    """``_f64`` is ``float(op.coef_as(name, dtype))``, also where float64 skips NumPy."""
+    from replayverify.programs.interpreter import OpValues, _f64
+    from replayverify.programs.model import Op, OpKind
+
+    for value in (0.1, -2.5, 1e-310, 3.4e38, 1e39, 7, 2**60 + 1, float("inf")):
+        op = Op(OpKind.TANH, dst="d", x="x", a=value)
+        for dtype in (DTYPES["float64"], DTYPES["float32"], np.dtype(">f8")):
+            rec = OpValues(0, op, dtype, 1, {})
+            with np.errstate(over="ignore"):  # 1e39 is inf in float32
+                assert _f64(rec, "a") == float(op.coef_as("a", dtype))
+                assert type(_f64(rec, "a")) is float

@@ -63,3 +63,31 @@ def test_references_too_large_for_memory_say_so_and_engines_fall_back(monkeypatc
     assert by[("gradient", "region")].outcome == "match"
     assert "against the version graph" in by[("gradient", "region")].detail
     assert run_is_clean(records)
+
+
+def test_a_record_is_the_frozen_dataclass_of_its_fields():
+    """Record's own ``__init__`` (the fields set as one dict) behaves as the dataclass's
+    generated one with the conversions: loaded strings become members, the defaults, a
+    metrics dict per record, frozen, equal and serialised by its fields."""
+    import dataclasses
+
+    from replayverify.verifier.records import Check, Outcome
+
+    r = Record("p", "h", "gradient", "e", "match", 0.5)
+    assert (type(r.check), type(r.outcome)) == (Check, Outcome)
+    assert (r.detail, r.seconds, r.metrics) == ("", 0.0, {})
+    assert r.metrics is not Record("p", "h", "gradient", "e", "match", 0.5).metrics
+    assert type(Record("p", "h", "mutant:m", "e", Outcome.MISSED, None).check) is str
+    full = Record(program="p", sha256="h", check=Check.BYTES, engine="", outcome="diverge",
+                  max_abs_err=None, detail="d", seconds=1.5, metrics={"k": 1})
+    assert [getattr(full, f.name) for f in dataclasses.fields(Record)] == [
+        "p", "h", "bytes", "", "diverge", None, "d", 1.5, {"k": 1}]
+    assert full == Record.from_dict(full.to_dict()) and full != r
+    assert dataclasses.replace(full, detail="x").detail == "x"
+    assert full.to_json() == ('{"program": "p", "sha256": "h", "check": "bytes", "engine": '
+                              '"", "outcome": "diverge", "max_abs_err": null, "detail": "d", '
+                              '"seconds": 1.5, "k": 1}')
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.detail = "x"
+    with pytest.raises(ValueError, match="unknown outcome 'bogus'"):
+        Record("p", "h", "gradient", "e", "bogus", 0.0)

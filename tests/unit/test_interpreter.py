@@ -281,10 +281,11 @@ def test_the_two_sweeps_share_the_ops_after_the_last_stale_read():
                 if not ex.admission.supported:
                     continue
                 if hazard_first:
-                    ex.hazard_gradient
-                want = reverse_sweep(ex).tobytes()
-                assert ex.gradient.tobytes() == want
-                assert ex.hazard_gradient.tobytes() == reverse_sweep(
+                    hazard, gradient = ex.hazard_gradient, ex.gradient
+                else:
+                    gradient, hazard = ex.gradient, ex.hazard_gradient
+                assert gradient.tobytes() == reverse_sweep(ex).tobytes()
+                assert hazard.tobytes() == reverse_sweep(
                     ex, operands=final_storage_operands(ex)).tobytes()
                 stop = ex._shared_sweep[0]
                 shared += 0 < stop < len(ex.records)

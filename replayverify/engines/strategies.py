@@ -83,8 +83,9 @@ class Eager(Strategy):
             saved, rng = data[("eager", k)]
             plan = plans[k]
             operands = {}
-            for f, lay in plan.reads:  # each operand gathered from its saved buffer
-                operands[f] = (saved[lay.view.buffer][lay.byte_index].view(lay.dtype)
+            for f, lay in plan.reads:  # each operand read from its saved buffer (NumPy:
+                # through the view's strides, as a state reads it: no byte index derived)
+                operands[f] = (lay.strided(saved[lay.view.buffer]).flatten()
                                if xp is np else gather_view(saved, lay, xp))
             draws = redraw(tape, k, self.rng_for(tape, k, rng, state)) if plan.draws else None
             ops.append(tape.record(k, operands, draws))

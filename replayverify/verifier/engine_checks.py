@@ -92,6 +92,7 @@ class ExpectedStates:
         self._boundaries = execution.boundaries
         self._reference: np.ndarray | None = None  # the reference of ``_verdicts``
         self._verdicts: dict[tuple, Verdict] = {}
+        self._exact: dict[int, Verdict] = {}  # the exact bytes verdict, per replay count
 
     def gradient_verdict(self, result: EngineResult, reference: np.ndarray | None) -> Verdict:
         """:func:`gradient_verdict` of ``result``. A verdict is a function of the gradient's
@@ -108,6 +109,30 @@ class ExpectedStates:
             hit = self._verdicts[key] = gradient_verdict(result, self.execution, reference)
         return hit
 
+    def exact_verdict(self, result: EngineResult) -> Verdict | None:
+        """The ``match`` bytes verdict when the engine's forward, final and every replay
+        snapshot equal the expected states (Snapshot equality, what :func:`diff_states`
+        tests first: the common case), else None. The verdict depends on the number of
+        replays alone: each is made once (a verdict is immutable)."""
+        want = self.final
+        if not (result.forward == want and result.final == want):
+            return None
+        replays = result.replays
+        boundaries = None  # taken at the first replay: none are needed without one
+        n = 0
+        for s, snap in enumerate(replays):
+            if snap is not None:
+                if boundaries is None:
+                    boundaries = self.boundaries(len(replays))
+                if not snap == boundaries[s + 1]:
+                    return None
+                n += 1
+        hit = self._exact.get(n)
+        if hit is None:
+            hit = self._exact[n] = Verdict(Outcome.MATCH, 0.0, f"final state and {n} segment "
+                                           "replays exact (bytes and generator)")
+        return hit
+
     def boundaries(self, segments: int) -> list[Snapshot]:
         """(B_s, R_s) for s = 0..``segments``; recorded by re-running the program (once)
         when the execution did not record them."""
@@ -122,13 +147,12 @@ def bytes_verdict(result: EngineResult, execution: Execution,
 
     ``expected``: the states taken from ``execution`` (made here when None)."""
     expected = ExpectedStates(execution) if expected is None else expected
+    exact = expected.exact_verdict(result)  # the common case: all exact
+    if exact is not None:
+        return exact
     want = expected.final
     replayed = [(s, snap) for s, snap in enumerate(result.replays) if snap is not None]
     boundaries = expected.boundaries(len(result.replays)) if replayed else []
-    if (result.forward == want and result.final == want  # the common case: all exact
-            and all([snap == boundaries[s + 1] for s, snap in replayed])):
-        return Verdict(Outcome.MATCH, 0.0, f"final state and {len(replayed)} segment replays "
-                       "exact (bytes and generator)")
     checks = [("after the forward pass", result.forward, want),
               ("after backward", result.final, want)]
     checks += [(f"replay of segment {s}", snap, boundaries[s + 1]) for s, snap in replayed]

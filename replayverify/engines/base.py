@@ -55,8 +55,15 @@ from replayverify.programs.interpreter import (
     op_values,
     written_positions,
 )
-from replayverify.programs.model import Op, OpKind, Program
-from replayverify.programs.state import Snapshot, State, ViewLayout, initial_state, layouts
+from replayverify.programs.model import OP_SPECS, Op, OpKind, Program
+from replayverify.programs.state import (
+    Snapshot,
+    State,
+    ViewLayout,
+    derive_byte_indices,
+    initial_state,
+    layouts,
+)
 
 RNG_BYTES = 24  # key (2 x u32) and counter (4 x u32)
 INDEX_BYTES = 8  # one int64 region index in a journal
@@ -144,6 +151,10 @@ class RunPlan:
     gradient_at: tuple[tuple[str, np.ndarray], ...]
 
 
+# per op kind: it writes only the dst positions its index hits (``OpSpec.partial``)
+PARTIAL: dict[OpKind, bool] = {kind: spec.partial for kind, spec in OP_SPECS.items()}
+
+
 def run_plan(program: Program) -> RunPlan:
     """The engines' plan of ``program``: derived once and carried by the program (in
     ``Program.derived``, like its layouts), shared by every engine that runs it."""
@@ -152,8 +163,11 @@ def run_plan(program: Program) -> RunPlan:
 
 def _make_plan(program: Program) -> RunPlan:
     # from the interpreter's per-op layouts, derived once too
-    ops = tuple([OpPlan(step.op, step.dst, step.reads, dict(step.reads), step.op.spec.partial,
+    ops = tuple([OpPlan(step.op, step.dst, step.reads, dict(step.reads), PARTIAL[step.kind],
                         step.dst.view.is_float, step.draws) for step in op_steps(program)])
+    # every engine run asks for the byte indices of every destination (backward clears the
+    # slots an op wrote, journals save its bytes): derived together, once
+    derive_byte_indices({op.dst.view.name: op.dst for op in ops}.values())
     weights = np.asarray(program.loss.weights, dtype=np.float64)
     weights.setflags(write=False)
     lay = layouts(program)

@@ -10,6 +10,7 @@ its index arrays to ``xp`` once. Snapshots are always host bytes.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -89,6 +90,25 @@ class ViewLayout:
         if where is None:
             return self.index(xp)
         return element_bytes(self.starts_in(xp)[where], self.dtype.itemsize, xp)
+
+
+def derive_byte_indices(lays: Iterable[ViewLayout]) -> None:
+    """Derive the :attr:`ViewLayout.byte_index` of distinct layouts together, for a caller
+    about to ask for each: one NumPy pass per element size over their starts, each layout
+    keeping its slice of the result, instead of one pass per view. Layouts that have one
+    keep it."""
+    groups: dict[int, list[ViewLayout]] = {}
+    for lay in lays:
+        if "byte_index" not in lay.__dict__:  # (where the cached property keeps it)
+            groups.setdefault(lay.dtype.itemsize, []).append(lay)
+    for itemsize, group in groups.items():
+        every = element_bytes(np.concatenate([lay.starts for lay in group]), itemsize)
+        every.setflags(write=False)
+        at = 0
+        for lay in group:  # (set as the cached property sets it: a frozen dataclass)
+            n = lay.size * itemsize
+            object.__setattr__(lay, "byte_index", every[at:at + n])
+            at += n
 
 
 def layouts(program: Program) -> dict[str, ViewLayout]:

@@ -796,7 +796,9 @@ def _sweep_ops(ex: Execution, adj: np.ndarray, start: int, stop: int,
             continue
         g = adj[ver.writes]
         if operands is not None:
-            rec = rec._replace(operands=operands(rec))
+            given = operands(rec)
+            if given is not rec.operands:  # (final storage keeps most ops' own operands)
+                rec = rec._replace(operands=given)
         for f, contrib in rule(rec, g).items():
             _accumulate(adj, ver.reads[f], contrib, f in ver.complete)
 

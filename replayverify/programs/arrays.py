@@ -122,7 +122,7 @@ def as_slices(ids: np.ndarray, bounds) -> list[slice | np.ndarray]:
     bounds = list(bounds)
     # breaks[i]: how many of the steps ids[0] -> ids[1], ..., ids[i] -> ids[i + 1] are not
     # +1; a part of two or more ids is consecutive iff none of its own steps is
-    breaks = np.cumsum(ids[1:] - ids[:-1] != 1).tolist()
+    breaks = (ids[1:] - ids[:-1] != 1).cumsum().tolist()
     out: list[slice | np.ndarray] = []
     for a, b in itertools.pairwise(bounds):
         if b - a == 1 or (b - a > 1 and breaks[b - 2] == (breaks[a - 1] if a else 0)):

@@ -220,7 +220,7 @@ def complex_step(
     if not plan.loss_float:
         return ComplexStep(np.zeros(n_coords))
     loss = imag[plan.loss.buffer][plan.loss.rows].T  # (coordinates, elements)
-    return ComplexStep(np.sum(plan.weights[None, :] * loss, axis=1) / h, perturbed=perturbed)
+    return ComplexStep((plan.weights[None, :] * loss).sum(axis=1) / h, perturbed=perturbed)
 
 
 def _real_parts_kept(out: np.ndarray, values: np.ndarray | None) -> bool:

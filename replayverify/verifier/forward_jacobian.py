@@ -233,8 +233,8 @@ def _derive_plan(program: Program) -> _Plan:
     # element starts on a word: key // 2 is that word, and an address is a distinct key of
     # a float element (the itemsize tells float32 from float64). Ids are the keys' ranks:
     # addresses in the order of (buffer, first byte, itemsize).
-    keys = np.concatenate([lo.starts for lo in los]) // (WORD // 2) + np.repeat(key_of_view,
-                                                                              sizes)
+    keys = (np.concatenate([lo.starts for lo in los]) // (WORD // 2)
+            + np.array(key_of_view).repeat(sizes))
     bounds = list(itertools.accumulate(sizes, initial=0))  # each view's first element
     n_float = len(floats)
     float_keys = keys[:bounds[n_float]]
@@ -345,7 +345,7 @@ def _ranks(keys: np.ndarray, span: int) -> tuple[np.ndarray, int]:
     if span <= 8 * keys.size + 4096:
         seen = np.zeros(span, dtype=bool)
         seen[keys] = True
-        rank = np.cumsum(seen)  # keys up to each: a key's rank is that count less one
+        rank = seen.cumsum()  # keys up to each: a key's rank is that count less one
         return rank[keys] - 1, int(rank[-1])
     distinct = unique_ints(keys)
     return np.searchsorted(distinct, keys), int(distinct.size)
@@ -542,5 +542,5 @@ def forward_jacobian(
     if bad is not None:
         return ForwardJacobian(None, None, shadow.why(plan.loss, bad, "the loss"))
     w = plan.weights.astype(precision)
-    grad = np.sum(w[:, None] * t_loss, axis=0)  # (overflow is a legal value: quiet)
+    grad = (w[:, None] * t_loss).sum(axis=0)  # (overflow is a legal value: quiet)
     return ForwardJacobian(grad.astype(np.float64), loss_tangent=t_loss)

@@ -28,7 +28,7 @@ from replayverify.engines.base import (
 from replayverify.programs.arrays import unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
 from replayverify.programs.model import OP_SPECS, Op, OpKind, Program
-from replayverify.programs.state import State, ViewLayout
+from replayverify.programs.state import State, ViewLayout, derive_byte_indices
 
 
 def read_fields(op: Op) -> tuple[str, ...]:
@@ -174,16 +174,18 @@ def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
 def _union(lays: list[ViewLayout], nbytes: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The sorted distinct bytes of views of one buffer (of ``nbytes``) and, per view
     name, the positions of its bytes among them. Where the buffer is not much larger than
-    the views (as ``unique_ints`` decides), a bitmap of the buffer's bytes, its running
-    count ranking them; otherwise a sort."""
+    the views (as ``unique_ints`` decides), a bitmap of the buffer's bytes, each set byte
+    numbered by its position among them; otherwise a sort."""
+    derive_byte_indices(lays)  # (together: these views' byte indices are asked here first)
     indices = [lay.byte_index for lay in lays]
     if nbytes <= 8 * sum([i.size for i in indices]) + 4096:
         mask = np.zeros(nbytes, dtype=bool)
         for i in indices:
             mask[i] = True
-        rank = mask.cumsum() - 1
         idx = mask.nonzero()[0]
-        return idx, {lay.view.name: rank[i] for lay, i in zip(lays, indices)}
+        at = np.empty(nbytes, dtype=np.int64)  # read at the set bytes only
+        at[idx] = np.arange(idx.size)
+        return idx, {lay.view.name: at[i] for lay, i in zip(lays, indices)}
     idx = unique_ints(np.concatenate(indices))
     return idx, {lay.view.name: idx.searchsorted(i) for lay, i in zip(lays, indices)}
 

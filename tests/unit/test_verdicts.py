@@ -65,6 +65,20 @@ def test_references_too_large_for_memory_say_so_and_engines_fall_back(monkeypatc
     assert run_is_clean(records)
 
 
+def test_the_memory_guards_bound_is_above_both_references_estimates():
+    # _guard skips the exact estimates when this bound fits: it must never be below them
+    import replayverify.verifier.check as check_mod
+    from replayverify.programs import generate
+    from replayverify.programs.generate import FAMILIES
+
+    for family in FAMILIES:
+        for i in range(12):
+            p = generate(5, i, family)
+            bound = check_mod._reference_bound(p)
+            for check in ("forward-jacobian", "complex-step"):
+                assert check_mod.reference_bytes(p, check)[0] <= bound, (family, i, check)
+
+
 def test_a_record_is_the_frozen_dataclass_of_its_fields():
     """Record's own ``__init__`` (the fields set as one dict) behaves as the dataclass's
     generated one with the conversions: loaded strings become members, the defaults, a

@@ -377,7 +377,12 @@ def _rev_scatter(rec, g):
 
 
 def _x(rec: OpValues, f: str = "x") -> np.ndarray:
-    return rec.operands[f].reshape(-1).astype(np.float64, copy=False)
+    """Operand ``f`` as a flat float64 array: the record's own when it is one already (most
+    are; a reshape and an astype cost twice the test)."""
+    x = rec.operands[f]
+    if x.dtype is _FLOAT64 and x.ndim == 1:
+        return x
+    return x.reshape(-1).astype(np.float64, copy=False)
 
 
 REVERSE: dict[OpKind, ReverseRule | None] = {

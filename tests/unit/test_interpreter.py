@@ -304,3 +304,17 @@ def test_reverse_rules_take_each_coefficient_in_the_views_dtype():
             with np.errstate(over="ignore"):  # 1e39 is inf in float32
                 assert _f64(rec, "a") == float(op.coef_as("a", dtype))
                 assert type(_f64(rec, "a")) is float
+
+
+def test_reverse_rules_read_operands_as_flat_float64():
+    """``_x``: a flat float64 operand as it is, any other flattened and cast."""
+    from replayverify.programs.interpreter import OpValues, _x
+    from replayverify.programs.model import Op, OpKind
+
+    op = Op(OpKind.TANH, dst="d", x="x", a=1.0)
+    flat = np.arange(6.0)
+    for given in (flat, flat[::2], flat.reshape(2, 3), flat.astype(np.float32)):
+        got = _x(OpValues(0, op, DTYPES["float64"], 1, {"x": given}))
+        assert got.dtype == np.float64 and got.ndim == 1
+        assert got.tobytes() == given.reshape(-1).astype(np.float64).tobytes()
+    assert _x(OpValues(0, op, DTYPES["float64"], 1, {"x": flat})) is flat

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from replayverify.programs.errstate import quiet
 from replayverify.programs.generate import FAMILIES, Generated, generate_with_attempts
 from replayverify.programs.interpreter import Execution, stale_operands
 from replayverify.programs.model import FLOAT_DTYPES, OP_SPECS, Program, View
@@ -200,8 +201,13 @@ def program_stats(ex: Execution, attempts: int) -> dict:
     }
 
 
+@quiet
 def run_job(job: Job) -> Outcome:
-    """Check one program; an exception or a timeout becomes an ``error`` record."""
+    """Check one program; an exception or a timeout becomes an ``error`` record.
+
+    One ``quiet`` region for the whole job: the quiet calls nested in it (each attempt's
+    ``execute``, the sweeps, the checks) find the warnings ignored already and cost
+    nothing (an errstate costs ~1 us)."""
     from replayverify.verifier.check import check_execution
 
     start = time.perf_counter()

@@ -50,7 +50,7 @@ def gradient_verdict(result: EngineResult, execution: Execution,
         overflow = float64_overflow(result.gradient, reference, execution)
         if overflow:
             return Verdict(Outcome.UNSUPPORTED, None, overflow + note)
-    return Verdict(v.outcome, v.max_abs_err, v.detail + note)
+    return Verdict(v.outcome, v.max_abs_err, v.detail + note) if note else v
 
 
 def float64_overflow(g: np.ndarray, reference: np.ndarray, execution: Execution) -> str:

@@ -131,3 +131,29 @@ def as_slices(ids: np.ndarray, bounds) -> list[slice | np.ndarray]:
         else:
             out.append(ids[a:b])
     return out
+
+
+
+def diagonal_seeds(parts, n_cols: int) -> tuple[slice, ...] | None:
+    """Where a seed writes ones into fresh (rows, ``n_cols``) zero arrays, C order,
+    flattened: part i, ``(array, rows)`` (its array's key and its rows, a slice or
+    positions), puts a one at (row j of the part, column ``first_i + j``) of its array, the
+    parts' columns following each other from 0. When every part's rows are a slice and no
+    two parts of one array share a row, those ones are all the seed writes (each part
+    first zeroes its rows, which only an earlier part can have written): one strided slice
+    per part. Else None: the seed is written part by part.
+    """
+    out, spans, first = [], [], 0
+    for array, rows in parts:
+        if not isinstance(rows, slice):
+            return None
+        n = rows.stop - rows.start
+        start = rows.start * n_cols + first
+        out.append(slice(start, start + (n - 1) * (n_cols + 1) + 1, n_cols + 1))
+        spans.append((array, rows.start, rows.stop))
+        first += n
+    spans.sort()
+    for (array, _, stop), (other, start, _) in itertools.pairwise(spans):
+        if array == other and stop > start:
+            return None
+    return tuple(out)

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from replayverify.programs.arrays import as_slices
+from replayverify.programs.arrays import as_slices, diagonal_seeds
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues
 from replayverify.programs.model import Op, OpKind, Program
@@ -89,6 +89,8 @@ class _Plan:
     words: dict[str, int]  # per buffer, its word count
     n_coords: int
     inputs: tuple[_Words, ...]
+    seeds: tuple[slice, ...] | None  # the inputs' seeds in their buffers' flat imaginary
+    # parts, when the perturbations are all they write (``diagonal_seeds``), else None
     steps: tuple[_ComplexStep, ...]
     live: tuple[bool, ...]  # per op: its imaginary parts can reach the loss's (``_live``)
     loss: _Words
@@ -125,7 +127,8 @@ def _derive_plan(program: Program) -> _Plan:
     n_words = {b.name: -(-b.nbytes // WORD) for b in program.buffers}
     live = (_live(steps, loss if loss_float else None, n_words)
             if n_coords >= LIVE_MIN_COORDS else (True,) * len(steps))
-    return _Plan(n_words, n_coords, inputs, tuple(steps), live, loss, loss_float,
+    seeds = diagonal_seeds([(v.buffer, v.rows) for v in inputs], n_coords)
+    return _Plan(n_words, n_coords, inputs, seeds, tuple(steps), live, loss, loss_float,
                  np.asarray(program.loss.weights, dtype=np.float64))
 
 
@@ -187,11 +190,15 @@ def complex_step(
     n_coords = plan.n_coords
     # imaginary parts of every float64 word, (words, coordinates) per buffer
     imag = {name: np.zeros((n, n_coords)) for name, n in plan.words.items()}
-    at = 0
-    for v in plan.inputs:  # input element j: coordinate at + j perturbed by i*h
-        imag[v.buffer][v.rows] = 0.0
-        imag[v.buffer][v.words, at + np.arange(v.size)] = h
-        at += v.size
+    if plan.seeds is not None:  # the perturbations alone, one strided slice per input
+        for v, at in zip(plan.inputs, plan.seeds):  # (reshape: a view of a fresh array)
+            imag[v.buffer].reshape(-1)[at] = h
+    else:
+        at = 0
+        for v in plan.inputs:  # input element j: coordinate at + j perturbed by i*h
+            imag[v.buffer][v.rows] = 0.0  # (only an earlier input can have written them)
+            imag[v.buffer][v.words, at + np.arange(v.size)] = h
+            at += v.size
 
     perturbed = None
     values_of = evaluations(program, forward=forward) if run is None else run

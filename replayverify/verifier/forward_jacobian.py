@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from replayverify.programs.arrays import as_slices, unique_ints
+from replayverify.programs.arrays import as_slices, diagonal_seeds, unique_ints
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import (
     FORWARD,
@@ -193,6 +193,8 @@ class _Plan:
     words: int  # 4-byte words of the storage: every buffer's, end to end
     n_coords: int
     inputs: tuple[_ViewTags, ...]
+    seeds: tuple[slice, ...] | None  # the inputs' seeds in the flat tangent array, when
+    # the ones are all they write (``diagonal_seeds``), else None: written input by input
     steps: tuple[_TangentStep, ...]
     live: tuple[bool, ...]  # per op: its tangents can reach the loss's (see ``_live``)
     loss: _ViewTags
@@ -288,8 +290,9 @@ def _derive_plan(program: Program) -> _Plan:
     loss, loss_float = views[program.loss.view], lay[program.loss.view].view.is_float
     live = (_live(steps, loss if loss_float else None, count) if n_coords >= LIVE_MIN_COORDS
             else (True,) * len(steps))
-    return _Plan(Addresses(count, of_view), n_words, n_coords, inputs, tuple(steps), live,
-                 loss, loss_float, np.asarray(program.loss.weights, dtype=np.float64), tagged)
+    seeds = diagonal_seeds([("", vt.rows) for vt in inputs], n_coords)
+    return _Plan(Addresses(count, of_view), n_words, n_coords, inputs, seeds, tuple(steps),
+                 live, loss, loss_float, np.asarray(program.loss.weights, dtype=np.float64), tagged)
 
 
 def _always_defined(program: Program, floats: list) -> bool:
@@ -397,11 +400,11 @@ class _Shadow:
         raw = tags.tobytes()
         return None if raw == vt.all_own or raw == vt.all_const else _first_undefined(tags, vt)
 
-    def seed(self, vt: _ViewTags, first: int) -> None:
-        """Write an input: its element j gets the tangent e_(first + j)."""
-        self.tangent[vt.rows] = 0.0
-        self.tangent[vt.own, first + np.arange(vt.size)] = 1.0
-        self.tags[vt.words] = vt.own_tags
+    def seed(self, plan: _Plan) -> None:
+        """Write the inputs (see ``_seed``) and tag their words."""
+        _seed(self.tangent, plan)
+        for vt in plan.inputs:
+            self.tags[vt.words] = vt.own_tags
 
     def write(self, vt: _ViewTags, tangent: np.ndarray | None, where) -> None:
         """Tangents of the written elements (None: an integer write, tangent undefined)."""
@@ -444,9 +447,8 @@ class _UntaggedShadow(_Shadow):
     def undefined(self, vt: _ViewTags) -> int | None:
         return None
 
-    def seed(self, vt: _ViewTags, first: int) -> None:
-        self.tangent[vt.rows] = 0.0
-        self.tangent[vt.own, first + np.arange(vt.size)] = 1.0
+    def seed(self, plan: _Plan) -> None:
+        _seed(self.tangent, plan)
 
     def write(self, vt: _ViewTags, tangent: np.ndarray | None, where) -> None:
         if tangent is None:  # an integer write: no float view's bytes (see _always_defined)
@@ -458,6 +460,22 @@ class _UntaggedShadow(_Shadow):
 
     def tag(self, vt: _ViewTags, where) -> None:
         pass
+
+
+def _seed(tangent: np.ndarray, plan: _Plan) -> None:
+    """Write the inputs into the fresh (zero) tangents: the element j of the inputs taken
+    in order, row-major, gets the tangent e_j (an input's rows are first zeroed: only an
+    earlier input can have written them)."""
+    if plan.seeds is not None:  # the ones alone, one strided slice per input
+        flat = tangent.reshape(-1)  # (a view: the array is fresh, C-ordered)
+        for at in plan.seeds:
+            flat[at] = 1.0
+        return
+    first = 0
+    for vt in plan.inputs:
+        tangent[vt.rows] = 0.0
+        tangent[vt.own, first + np.arange(vt.size)] = 1.0
+        first += vt.size
 
 
 def _no_tangent(k: int, step: _TangentStep) -> ValueError:
@@ -502,10 +520,7 @@ def forward_jacobian(
     plan = _plan(program)
     n_coords = plan.n_coords
     shadow = (_Shadow if plan.tagged else _UntaggedShadow)(plan, precision)
-    at = 0
-    for vt in plan.inputs:
-        shadow.seed(vt, at)
-        at += vt.size
+    shadow.seed(plan)
 
     values_of = evaluations(program, forward=forward) if run is None else run
     for k, (step, live, ev) in enumerate(zip(plan.steps, plan.live, values_of)):

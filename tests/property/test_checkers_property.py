@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replayverify.programs import OpKind, Program, execute, generate, initial_state, layouts
-from replayverify.programs.arrays import as_slices
+from replayverify.programs.arrays import as_slices, diagonal_seeds
 from replayverify.programs.interpreter import scatter_winners
 from replayverify.verifier.check import check_program
 from replayverify.verifier.complex_step import complex_step
@@ -153,3 +153,36 @@ def test_plan_parts_are_slices_exactly_when_consecutive(values, cuts):
             assert part == slice(int(want[0]), int(want[0]) + want.size)
         else:
             assert isinstance(part, np.ndarray) and np.array_equal(part, want)
+
+
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 6), st.integers(1, 4)),
+                max_size=4),
+       st.lists(st.integers(0, 9), max_size=3))
+def test_diagonal_seeds_write_what_the_part_by_part_seed_writes(spans, ragged):
+    """The references' seeds: when diagonal_seeds gives slices, writing ones there into
+    fresh zeros gives the arrays the part-by-part seed gives (each part zeroes its rows,
+    then puts a one at (row j, first + j)); parts with positions give None."""
+    parts = [(a, slice(r, r + n)) for a, r, n in spans]
+    if ragged:  # positions, not a slice
+        parts.append(("a", np.asarray(ragged, np.intp)))
+    rows = {a: 16 for a in "ab"}
+    n_cols = sum(np.arange(16)[r].size for _, r in parts)
+    want = {a: np.zeros((rows[a], n_cols)) for a in rows}
+    first = 0
+    for a, r in parts:
+        at = np.arange(16)[r]
+        want[a][at] = 0.0
+        want[a][at, first + np.arange(at.size)] = 1.0
+        first += at.size
+    seeds = diagonal_seeds(parts, n_cols)
+    if seeds is None:
+        assert ragged or any(a == b and r.start < s.stop and s.start < r.stop
+                             for (i, (a, r)), (j, (b, s)) in itertools.product(
+                                 enumerate(parts), repeat=2) if i != j)
+        return
+    assert not ragged
+    got = {a: np.zeros((rows[a], n_cols)) for a in rows}
+    for (a, _), at in zip(parts, seeds):
+        got[a].reshape(-1)[at] = 1.0
+    for a in rows:
+        assert np.array_equal(got[a], want[a])

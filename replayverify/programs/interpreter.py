@@ -470,13 +470,11 @@ def _extent_tags(program: Program) -> dict[str, ExtentTags]:
 class _ViewWords(NamedTuple):
     """A view's words in :class:`_Versions`' id arrays (views of them, made once per view):
     ``words`` of shape (*view shape, words per element), each element's ``first`` and
-    ``second`` word (None for one-word elements), and the shape that lays one id per
-    element along the words (``words``' shape with 1 words)."""
+    ``second`` word (None for one-word elements), each of the view's shape."""
 
     words: np.ndarray
     first: np.ndarray
     second: np.ndarray | None
-    column_shape: tuple[int, ...]
 
 
 # 1 as a 0-d intp array: NumPy subtracts it from an array about twice as fast as the
@@ -522,8 +520,9 @@ class _Versions:
     def _words_of(self, layout: ViewLayout) -> _ViewWords:
         """The words of the view's elements, shape (*view shape, words per element), as a
         strided array over the id array, with its first and second word per element
-        (views of it, made once per view): word w sits at byte 4w of the buffer and at
-        ``w * itemsize`` of the id array, so offsets and strides scale by itemsize / 4."""
+        (views of it, made once per view; ``write`` and ``resolve`` look them up in
+        ``_strided`` first): word w sits at byte 4w of the buffer and at ``w * itemsize``
+        of the id array, so offsets and strides scale by itemsize / 4."""
         v = layout.view
         vw = self._strided.get(v.name)
         if vw is None:
@@ -533,8 +532,7 @@ class _Versions:
             arr = np.ndarray((*v.shape, v.itemsize // 4), words.dtype, words, v.offset * scale,
                              (*(s * scale for s in v.strides), words.itemsize))
             vw = self._strided[v.name] = _ViewWords(
-                arr, arr[..., 0], arr[..., 1] if arr.shape[-1] == 2 else None,
-                arr.shape[:-1] + (1,))
+                arr, arr[..., 0], arr[..., 1] if arr.shape[-1] == 2 else None)
         return vw
 
     def write(self, op: int, layout: ViewLayout, tags: ExtentTags,
@@ -551,10 +549,13 @@ class _Versions:
         self.tag[lo: lo + m] = tags
         ids = self._ids[lo - 1: lo - 1 + m]  # intp, like every id array handed out
         stored = self._ids[lo: lo + m]  # ids plus one, cast to the id dtype as they are stored
-        vw = self._words_of(layout)
+        vw = self._strided.get(layout.view.name) or self._words_of(layout)
         target = vw.words
-        if where is None:
-            target[...] = stored.reshape(vw.column_shape)
+        if where is None:  # every word of an element gets its id, one column at a time
+            column = stored if vw.first.ndim == 1 else stored.reshape(vw.first.shape)
+            vw.first[...] = column
+            if vw.second is not None:
+                vw.second[...] = column
         elif target.ndim == 2:
             target[where] = stored[:, None]
         else:
@@ -564,17 +565,17 @@ class _Versions:
         self.n += m
         return ids
 
-    def resolve(self, layout: ViewLayout, tags: ExtentTags, what: str,
+    def resolve(self, layout: ViewLayout, tags: ExtentTags, op: int | None,
                 explain: bool) -> tuple[np.ndarray, str, bool]:
         """Version id read by each element of a float view, or BAD; when ``explain``, the
-        reason for the first BAD element ("" when there is none); and whether every
-        element read a version (no CONST or BAD).
+        reason for the first BAD element ("" when there is none; ``op``: the reading op,
+        None for the loss); and whether every element read a version (no CONST or BAD).
 
         An element reads one version exactly when each of its words was last written by
         a node of its own extent, or none of them was ever written (CONST). Equal tags
         suffice: a node of the element's extent covers all its words, so the last such
         node is the last writer of every word that still carries that tag."""
-        vw = self._words_of(layout)
+        vw = self._strided.get(layout.view.name) or self._words_of(layout)
         # the stored ids (plus one) as intp, flat: NumPy indexes with an intp array
         # several times faster than with an int32 one, which it converts on every use
         first = vw.first.astype(np.intp).ravel()
@@ -598,6 +599,7 @@ class _Versions:
         if stored is None:
             stored = vw.words.reshape(layout.size, -1)
         j = int(np.flatnonzero(~ok)[0])
+        what = "the loss" if op is None else f"op {op}"
         return vids, self._refusal(stored[j].astype(np.int64) - 1, layout, j, what), False
 
     def _op_of(self, v: int) -> int:
@@ -748,7 +750,7 @@ def execute(program: Program, *, record_boundaries: bool = True,
     for k, step in enumerate(steps):
         read_vids, complete = {}, []
         for f, src in step.sources:  # a float op's sources
-            vids, reason, whole = store.resolve(src, tags[src.view.name], f"op {k}",
+            vids, reason, whole = store.resolve(src, tags[src.view.name], k,
                                                 admission.supported)
             read_vids[f] = vids
             if whole:
@@ -767,8 +769,8 @@ def execute(program: Program, *, record_boundaries: bool = True,
     loss_layout = lay[program.loss.view]
     loss_vids = np.full(loss_layout.size, CONST, dtype=np.int64)
     if loss_layout.view.is_float:
-        loss_vids, reason, _ = store.resolve(loss_layout, tags[program.loss.view],
-                                             "the loss", admission.supported)
+        loss_vids, reason, _ = store.resolve(loss_layout, tags[program.loss.view], None,
+                                             admission.supported)
         if reason:
             admission = Admission(False, reason, None)
     return Execution(program, state, records, versions, input_vids, loss_vids,

@@ -322,8 +322,15 @@ def run_forward(program: Program, state: State | None = None, start: int = 0,
 def loss_of(program: Program, state: State) -> float:
     """L = sum(weights * view) in float64, read from ``state``."""
     with np.errstate(over="ignore", invalid="ignore"):  # float32 sNaN bits warn in the cast
-        values = state.read(layouts(program)[program.loss.view]).astype(np.float64).reshape(-1)
-        return float(np.sum(np.asarray(program.loss.weights, dtype=np.float64) * values))
+        return _loss(program, state)
+
+
+def _loss(program: Program, state: State) -> float:
+    """:func:`loss_of` for a caller that ignores numpy's warnings already (``execute`` runs
+    quiet): no errstate of its own, which costs about as much as the sum. The sum is the
+    ndarray method, the same ``add.reduce`` as ``np.sum`` without its Python wrapper."""
+    values = state.read(layouts(program)[program.loss.view]).astype(np.float64).reshape(-1)
+    return float((np.asarray(program.loss.weights, dtype=np.float64) * values).sum())
 
 
 # ---------------------------------------------------------------- reverse rules
@@ -774,7 +781,7 @@ def execute(program: Program, *, record_boundaries: bool = True,
         if reason:
             admission = Admission(False, reason, None)
     return Execution(program, state, records, versions, input_vids, loss_vids,
-                     loss_of(program, state), admission, store.n, boundaries)
+                     _loss(program, state), admission, store.n, boundaries)
 
 
 def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -749,7 +750,7 @@ def execute(program: Program, *, record_boundaries: bool = True,
     admission = Admission(True)
     records: list[OpValues] = []
     versions: list[OpVersions] = []
-    cuts = np.cumsum((0,) + program.segments).tolist()  # ops done at each boundary
+    cuts = list(itertools.accumulate(program.segments, initial=0))  # ops done at each boundary
     boundaries: list[Snapshot] = []
     if record_boundaries:
         boundaries += [state.snapshot()] * cuts.count(0)
@@ -774,12 +775,13 @@ def execute(program: Program, *, record_boundaries: bool = True,
             boundaries += [state.snapshot()] * cuts.count(k + 1)
 
     loss_layout = lay[program.loss.view]
-    loss_vids = np.full(loss_layout.size, CONST, dtype=np.int64)
     if loss_layout.view.is_float:
         loss_vids, reason, _ = store.resolve(loss_layout, tags[program.loss.view], None,
                                              admission.supported)
         if reason:
             admission = Admission(False, reason, None)
+    else:
+        loss_vids = np.full(loss_layout.size, CONST, dtype=np.int64)
     return Execution(program, state, records, versions, input_vids, loss_vids,
                      _loss(program, state), admission, store.n, boundaries)
 

@@ -117,21 +117,19 @@ def as_slice(ids: np.ndarray) -> slice | np.ndarray:
 
 
 def as_slices(ids: np.ndarray, bounds) -> list[slice | np.ndarray]:
-    """:func:`as_slice` of each part ``ids[bounds[i]:bounds[i + 1]]``, decided with a
-    few array operations for all parts at once (no per-part array operation)."""
-    bounds = list(bounds)
-    # breaks[i]: how many of the steps ids[0] -> ids[1], ..., ids[i] -> ids[i + 1] are not
-    # +1; a part of two or more ids is consecutive iff none of its own steps is
-    breaks = (ids[1:] - ids[:-1] != 1).cumsum().tolist()
+    """:func:`as_slice` of each part ``ids[bounds[i]:bounds[i + 1]]``, decided on the ids
+    as one Python list (one array operation for all parts: the parts are small, and an
+    array operation per test costs more than comparing their few items as lists)."""
+    values = ids.tolist()
     out: list[slice | np.ndarray] = []
     for a, b in itertools.pairwise(bounds):
-        if b - a == 1 or (b - a > 1 and breaks[b - 2] == (breaks[a - 1] if a else 0)):
-            first = int(ids[a])
-            out.append(slice(first, first + b - a))
-        else:
-            out.append(ids[a:b])
+        if b > a:  # consecutive: the part's ids are first, first + 1, ...
+            first = values[a]
+            if values[a:b] == list(range(first, first + b - a)):
+                out.append(slice(first, first + b - a))
+                continue
+        out.append(ids[a:b])
     return out
-
 
 
 def diagonal_seeds(parts, n_cols: int) -> tuple[slice, ...] | None:

@@ -267,5 +267,10 @@ def test_canonical_json_matches_its_definition_on_odd_fields():
                                                               strides=strides), *p.views[1:]))
             for shape, strides in [((1, 4), (32, 8)), ((2, 1, 2), (16, 8, 8)), ((4,), (8, 8)),
                                    ((2, 2), (16,)), ((), ())]]
+    odd += [dataclasses.replace(p, views=(dataclasses.replace(p.views[0], **field),
+                                          *p.views[1:]))
+            for field in [{"offset": True}, {"offset": 0.0}, {"offset": np.int64(0)},
+                          {"offset": "0"}, {"strides": (True,)}, {"shape": (4.0,)},
+                          {"buffer": None}, {"dtype": 4}, {"strides": None}]]
     for q in odd:
         assert _outcome(canonical_json, q) == _outcome(_definition, q)

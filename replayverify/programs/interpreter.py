@@ -3,7 +3,7 @@
 Execution gathers each op's operands from the byte buffers (all reads before the
 first write), computes with the op's forward rule, and scatters the results. Beside
 the bytes it tracks the version id of the last writer of every byte (stored once per
-aligned 4-byte word, which is exact: see ``_Writers``). Every element an op
+aligned 4-byte word, which is exact: see ``_Versions``). Every element an op
 writes is a new version node; nodes are stored per op as arrays (operand version ids,
 operand values, consumed random values), never as one Python object per element.
 The reverse sweep over that graph gives dL/d(inputs).

@@ -158,7 +158,7 @@ class _ViewTags(NamedTuple):
 
     Offsets and strides are multiples of the itemsize (4 or 8), so every element covers
     whole aligned 4-byte words and every write tags whole words: one tag per word says
-    exactly what one tag per byte would (the interpreter's ``_Writers`` argues the same).
+    exactly what one tag per byte would (the interpreter's ``_Versions`` argues the same).
     Arrays are element-major: an element's words are consecutive. (A NamedTuple, as the
     other per-program records here: one is built per view of every checked program.)
     A plan that keeps no tags (``_always_defined``) leaves the tag fields None and empty.

@@ -55,7 +55,7 @@ from replayverify.programs.interpreter import (
     op_values,
     written_positions,
 )
-from replayverify.programs.model import OP_SPECS, Op, OpKind, Program
+from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import (
     Snapshot,
     State,
@@ -151,10 +151,6 @@ class RunPlan:
     gradient_at: tuple[tuple[str, np.ndarray], ...]
 
 
-# per op kind: it writes only the dst positions its index hits (``OpSpec.partial``)
-PARTIAL: dict[OpKind, bool] = {kind: spec.partial for kind, spec in OP_SPECS.items()}
-
-
 def run_plan(program: Program) -> RunPlan:
     """The engines' plan of ``program``: derived once and carried by the program (in
     ``Program.derived``, like its layouts), shared by every engine that runs it."""
@@ -163,7 +159,7 @@ def run_plan(program: Program) -> RunPlan:
 
 def _make_plan(program: Program) -> RunPlan:
     # from the interpreter's per-op layouts, derived once too
-    ops = tuple([OpPlan(step.op, step.dst, step.reads, dict(step.reads), PARTIAL[step.kind],
+    ops = tuple([OpPlan(step.op, step.dst, step.reads, dict(step.reads), step.op.spec.partial,
                         step.dst.view.is_float, step.draws) for step in op_steps(program)])
     # every engine run asks for the byte indices of every destination (backward clears the
     # slots an op wrote, journals save its bytes): derived together, once

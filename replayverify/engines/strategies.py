@@ -27,17 +27,13 @@ from replayverify.engines.base import (
 )
 from replayverify.programs.arrays import unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
-from replayverify.programs.model import OP_SPECS, Op, OpKind, Program
+from replayverify.programs.model import Op, Program
 from replayverify.programs.state import State, ViewLayout, derive_byte_indices
 
 
 def read_fields(op: Op) -> tuple[str, ...]:
     """The fields whose views an op reads: its value sources, then its index."""
-    return READ_FIELDS[op.kind]
-
-
-# per op kind (``OpSpec.reads`` builds its tuple on every call; a read set asks per op)
-READ_FIELDS: dict[OpKind, tuple[str, ...]] = {kind: spec.reads for kind, spec in OP_SPECS.items()}
+    return op.spec.reads
 
 
 def redraw(tape: Tape, k: int, rng) -> np.ndarray | None:
@@ -227,7 +223,7 @@ class ReadSet(Strategy):
     name = "readset"
 
     def retained_fields(self, op: Op) -> tuple[str, ...]:
-        return READ_FIELDS[op.kind]  # (read_fields, asked once an op)
+        return read_fields(op)
 
     def plan(self, tape: Tape, k: int) -> ReadSetPlan:
         return readset_plan(tape, k, tuple(self.retained_fields(tape.plans[k].op)))

@@ -111,25 +111,22 @@ class OpSpec:
     draws: Draw | None = None  # one Philox block per dst element, used as ``draws`` says
     shape: ShapeRule = ShapeRule.ELEMENTWISE
     value_operands: tuple[str, ...] = ()  # operands whose values the derivative depends on
+    # Derived from the fields above, once (the engines and the checkers ask per op):
+    indexed: bool = field(init=False, compare=False, repr=False)  # an integer ``index``
+    # view (gather, scatter)
+    partial: bool = field(init=False, compare=False, repr=False)  # writes only the dst
+    # positions its index hits (scatter)
+    reads: tuple[str, ...] = field(init=False, compare=False, repr=False)  # the fields
+    # whose views the op reads: its value sources, then its index
+    view_fields: tuple[str, ...] = field(init=False, compare=False, repr=False)  # dst, reads
 
-    @property
-    def indexed(self) -> bool:
-        """The op has an integer ``index`` view (gather, scatter)."""
-        return self.shape is not ShapeRule.ELEMENTWISE
-
-    @property
-    def partial(self) -> bool:
-        """The op writes only the dst positions its index hits (scatter)."""
-        return self.shape is ShapeRule.SCATTER
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        """The fields whose views the op reads: its value sources, then its index."""
-        return self.sources + (("index",) if self.indexed else ())
-
-    @property
-    def view_fields(self) -> tuple[str, ...]:
-        return ("dst",) + self.reads
+    def __post_init__(self) -> None:
+        indexed = self.shape is not ShapeRule.ELEMENTWISE
+        reads = self.sources + (("index",) if indexed else ())
+        object.__setattr__(self, "indexed", indexed)
+        object.__setattr__(self, "partial", self.shape is ShapeRule.SCATTER)
+        object.__setattr__(self, "reads", reads)
+        object.__setattr__(self, "view_fields", ("dst",) + reads)
 
 
 _F = DtypeRule.FLOAT

@@ -374,9 +374,7 @@ class Strategy:
                 rec = execute_op(program, k, state, draws=d, forward=forward)
             else:
                 rec = execute(program, k, state, d)
-            held += 0 if rec.draws is None else rec.draws.nbytes
-            for v in rec.operands.values():
-                held += v.nbytes
+            held += operand_bytes(rec)
             out.append(rec)
         tape.borrow(held)
         tape.replayed_ops += b - a

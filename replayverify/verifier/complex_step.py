@@ -34,7 +34,7 @@ from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import layouts
-from replayverify.verifier.liveness import bit_mask, live_ops
+from replayverify.verifier.liveness import LIVE_MIN_COORDS, bit_mask, live_ops
 from replayverify.verifier.reference_run import evaluations
 
 H = 1e-200
@@ -130,14 +130,6 @@ def _derive_plan(program: Program) -> _Plan:
     seeds = diagonal_seeds([(v.buffer, v.rows) for v in inputs], n_coords)
     return _Plan(n_words, n_coords, inputs, seeds, tuple(steps), live, loss, loss_float,
                  np.asarray(program.loss.weights, dtype=np.float64))
-
-
-# Programs of at least this many input coordinates skip the float ops whose imaginary
-# parts cannot reach the loss (``_live``): finding them costs about 1 us per op, and
-# skipping one saves its complex evaluation over elements x coordinates, which pays on
-# wide programs (the suite's alias programs: 64-128 coordinates) but hardly on narrow
-# ones (8-32), where few ops are dead and their arrays are small.
-LIVE_MIN_COORDS = 48
 
 
 def _live(steps: list[_ComplexStep], loss: _Words | None,

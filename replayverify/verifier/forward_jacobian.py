@@ -41,7 +41,7 @@ from replayverify.programs.interpreter import (
 )
 from replayverify.programs.model import Op, OpKind, Program
 from replayverify.programs.state import layouts
-from replayverify.verifier.liveness import bit_mask, live_ops
+from replayverify.verifier.liveness import LIVE_MIN_COORDS, bit_mask, live_ops
 from replayverify.verifier.reference_run import evaluations
 
 # The reference is meant to be more accurate than the reverse sweep it checks: with
@@ -315,14 +315,6 @@ def _always_defined(program: Program, floats: list) -> bool:
         if step.dtype.kind != "f" and step.dst.view.buffer in itemsize:
             return False
     return True
-
-
-# Programs whose tangents have at least this many coordinates skip the ops whose tangents
-# cannot reach the loss (``_live``). Finding them costs about 1 us per op; skipping one
-# saves 2-3 extended-precision operations per element and coordinate (about 6 ns each),
-# which pays on wide tangents (the suite's alias programs: 64-128 coordinates) but not on
-# narrow ones (8-32), where few ops are dead and their arrays are small.
-LIVE_MIN_COORDS = 48
 
 
 def _live(steps: list[_TangentStep], loss: _ViewTags | None, count: int) -> tuple[bool, ...]:

@@ -15,6 +15,15 @@ from typing import Any
 
 import numpy as np
 
+# Programs of at least this many input coordinates skip the ops whose derivative parts
+# cannot reach the loss, in both references. Finding them costs about 1 us per op;
+# skipping one saves its arithmetic over elements x coordinates (the forward Jacobian's
+# 2-3 extended-precision operations, about 6 ns each; the complex step's complex
+# evaluation), which pays on wide programs (the suite's alias programs: 64-128
+# coordinates) but not on narrow ones (8-32), where few ops are dead and their arrays
+# are small.
+LIVE_MIN_COORDS = 48
+
 
 def bit_mask(positions: slice | np.ndarray, count: int) -> int:
     """Locations ``positions`` (a slice, or indices below ``count``) as a bit mask: bit i

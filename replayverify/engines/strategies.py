@@ -6,6 +6,7 @@ one recovery method. Replay-based recoveries run inside ``Strategy.transaction``
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -25,7 +26,7 @@ from replayverify.engines.base import (
     load_buffers,
     run_strategies,
 )
-from replayverify.programs.arrays import unique_ints
+from replayverify.programs.arrays import ranks, unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
 from replayverify.programs.model import Op, Program
 from replayverify.programs.state import State, ViewLayout, derive_byte_indices
@@ -169,21 +170,13 @@ def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
 
 def _union(lays: list[ViewLayout], nbytes: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The sorted distinct bytes of views of one buffer (of ``nbytes``) and, per view
-    name, the positions of its bytes among them. Where the buffer is not much larger than
-    the views (as ``unique_ints`` decides), a bitmap of the buffer's bytes, each set byte
-    numbered by its position among them; otherwise a sort."""
+    name, the positions of its bytes among them (:func:`ranks`)."""
     derive_byte_indices(lays)  # (together: these views' byte indices are asked here first)
     indices = [lay.byte_index for lay in lays]
-    if nbytes <= 8 * sum([i.size for i in indices]) + 4096:
-        mask = np.zeros(nbytes, dtype=bool)
-        for i in indices:
-            mask[i] = True
-        idx = mask.nonzero()[0]
-        at = np.empty(nbytes, dtype=np.int64)  # read at the set bytes only
-        at[idx] = np.arange(idx.size)
-        return idx, {lay.view.name: at[i] for lay, i in zip(lays, indices)}
-    idx = unique_ints(np.concatenate(indices))
-    return idx, {lay.view.name: idx.searchsorted(i) for lay, i in zip(lays, indices)}
+    idx, at = ranks(np.concatenate(indices), nbytes)
+    bounds = itertools.accumulate([i.size for i in indices], initial=0)
+    return idx, {lay.view.name: at[a:b]
+                 for lay, (a, b) in zip(lays, itertools.pairwise(bounds))}
 
 
 def _distinct_views(sources: dict[str, ViewLayout], fields: tuple[str, ...], state: State

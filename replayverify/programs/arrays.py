@@ -110,6 +110,23 @@ def unique_ints(a: Any) -> Any:
     return s[keep]
 
 
+def ranks(keys: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values of ``keys`` (NumPy integers in [0, ``span``)) and each
+    key's rank among them: ``np.unique(keys, return_inverse=True)``. When the span is at
+    most a few times their count (as :func:`unique_ints` decides), a bitmap over the span
+    numbers the set positions (linear time, reading the span only at the keys); else a
+    sort."""
+    if span <= 8 * keys.size + 4096:
+        seen = np.zeros(span, dtype=bool)
+        seen[keys] = True
+        distinct = seen.nonzero()[0]
+        at = np.empty(span, dtype=np.int64)  # read at the set positions only
+        at[distinct] = np.arange(distinct.size)
+        return distinct, at[keys]
+    distinct = unique_ints(keys)
+    return distinct, distinct.searchsorted(keys)
+
+
 def as_slice(ids: np.ndarray) -> slice | np.ndarray:
     """``ids`` as the slice it equals when they are consecutive ascending integers (then
     indexing reads a view and assigns without a scatter), else ``ids`` itself."""

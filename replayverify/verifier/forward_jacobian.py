@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from replayverify.programs.arrays import as_slices, diagonal_seeds, unique_ints
+from replayverify.programs.arrays import as_slices, diagonal_seeds, ranks
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import (
     FORWARD,
@@ -240,7 +240,8 @@ def _derive_plan(program: Program) -> _Plan:
     bounds = list(itertools.accumulate(sizes, initial=0))  # each view's first element
     n_float = len(floats)
     float_keys = keys[:bounds[n_float]]
-    ids, count = _ranks(float_keys, 2 * n_words)
+    distinct, ids = ranks(float_keys, 2 * n_words)
+    count = int(distinct.size)
     rows = as_slices(ids, bounds[:n_float + 1])
     views: dict[str, _ViewTags] = {}
     of_view: dict[str, np.ndarray] = {}
@@ -331,19 +332,6 @@ def _live(steps: list[_TangentStep], loss: _ViewTags | None, count: int) -> tupl
         return mask
 
     return live_ops(steps, loss, addresses)
-
-
-def _ranks(keys: np.ndarray, span: int) -> tuple[np.ndarray, int]:
-    """Each key's rank among the distinct keys (0, 1, ...) and how many there are; keys
-    lie in [0, span). When the span is not much more than their number (the common case),
-    counted on a bitmap by one cumulative sum, else by sorting the distinct keys."""
-    if span <= 8 * keys.size + 4096:
-        seen = np.zeros(span, dtype=bool)
-        seen[keys] = True
-        rank = seen.cumsum()  # keys up to each: a key's rank is that count less one
-        return rank[keys] - 1, int(rank[-1])
-    distinct = unique_ints(keys)
-    return np.searchsorted(distinct, keys), int(distinct.size)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replayverify.programs import OpKind, Program, execute, generate, initial_state, layouts
-from replayverify.programs.arrays import as_slices, diagonal_seeds
+from replayverify.programs.arrays import as_slices, diagonal_seeds, ranks
 from replayverify.programs.interpreter import scatter_winners
 from replayverify.verifier.check import check_program
 from replayverify.verifier.complex_step import complex_step
@@ -153,6 +153,17 @@ def test_plan_parts_are_slices_exactly_when_consecutive(values, cuts):
             assert part == slice(int(want[0]), int(want[0]) + want.size)
         else:
             assert isinstance(part, np.ndarray) and np.array_equal(part, want)
+
+
+@given(st.lists(st.integers(0, 4095), max_size=40), st.sampled_from((4096, 2**40)))
+def test_ranks_are_np_unique_with_inverse(values, span):
+    """ranks (the forward Jacobian's addresses, a read set's union of bytes): the distinct
+    keys and each key's rank, as np.unique gives them, on the bitmap (span 4096: never
+    more than 8 per key + 4096) and on the sort (a span far wider than the keys)."""
+    keys = np.asarray(values, np.int64)
+    distinct, at = ranks(keys, span)
+    want, inverse = np.unique(keys, return_inverse=True)
+    assert np.array_equal(distinct, want) and np.array_equal(at, inverse.reshape(-1))
 
 
 @given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 6), st.integers(1, 4)),

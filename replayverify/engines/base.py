@@ -7,6 +7,8 @@ forward pass (data) and how to recover the historical operand values for backwar
 segments in reverse order. Each segment is recovered inside a replay transaction that
 starts from and ends in the visible state (B_T, R_T), and its ops are differentiated
 with the reverse rules of the interpreter fed with the *recovered* operand values.
+On NumPy a run follows the program's first swept backward for as long as it recovers the
+same values, byte for byte (``_Swept``): backward is a function of those values.
 
 The adjoint lives in storage, not in a version graph: one float64 slot per byte of
 each buffer, the adjoint of the float element that starts at that byte. Going back
@@ -491,6 +493,81 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
                 scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 
 
+_SWEPT = "swept_backward"  # the key of ``_Swept`` in ``Program.derived``
+
+
+def _swept(program: Program, xp: ModuleType) -> _Swept | None:
+    """The program's first swept backward, when this NumPy run can follow it (the reverse
+    rules still the ones it was swept with)."""
+    if xp is not np:
+        return None
+    swept = program.derived.get(_SWEPT)
+    if swept is None or swept.rules != _rules(program):
+        return None
+    return swept
+
+
+def _rules(program: Program) -> tuple:
+    return tuple([REVERSE[op.kind] for op in program.ops])
+
+
+class _Swept:
+    """A NumPy backward of the program as the first engine run swept it: per segment, the
+    recovered records it differentiated and the adjoints after them (read-only copies).
+
+    Backward is a function of the recovered values alone (with the program and the reverse
+    rules): ``_back_segment`` derives what an op wrote from its recovered operands and
+    takes the op, its dtype and size from the plan. So a later run whose recovered records
+    of segments S-1..s hold the same values, byte for byte, ends segment s with the same
+    adjoints, and the engines of one check mostly recover the same values (they are meant
+    to). A run that recovers anything else (a mutant, a wrong replay) parts from it there
+    and sweeps its own: what it recovered is differentiated and judged as before.
+    """
+
+    __slots__ = ("after", "ops", "rules", "start")
+
+    def __init__(self, start: dict[str, np.ndarray], n_seg: int, rules: tuple) -> None:
+        self.start = start  # the plan's read-only starting adjoints
+        self.ops: list[Sequence[OpValues] | None] = [None] * n_seg
+        self.after: list[dict[str, np.ndarray] | None] = [None] * n_seg
+        self.rules = rules
+
+    def keep(self, s: int, ops: Sequence[OpValues], adj: dict[str, np.ndarray]) -> None:
+        after = {}
+        for b, a in adj.items():
+            a = a.copy()
+            a.setflags(write=False)
+            after[b] = a
+        self.ops[s], self.after[s] = ops, after
+
+    def same(self, s: int, ops: Sequence[OpValues]) -> bool:
+        """Whether ``ops`` hold the values segment ``s`` was swept with, byte for byte."""
+        swept = self.ops[s]
+        if swept is None or len(swept) != len(ops):
+            return False
+        for x, y in zip(swept, ops):
+            if x is y:
+                continue
+            if (x.index != y.index or x.op is not y.op or x.dtype != y.dtype
+                    or x.dst_size != y.dst_size or not _same_array(x.draws, y.draws)):
+                return False
+            xo, yo = x.operands, y.operands
+            if len(xo) != len(yo):
+                return False
+            for f, v in xo.items():
+                if not _same_array(v, yo.get(f)):
+                    return False
+        return True
+
+
+def _same_array(a: Any, b: Any) -> bool:
+    """Both None, or NumPy arrays of one dtype and shape with the same bytes."""
+    if a is None or b is None:
+        return a is b
+    return (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
+            and a.shape == b.shape and a.tobytes() == b.tobytes())
+
+
 def _adjoints(program: Program, plan: RunPlan, xp: ModuleType) -> dict[str, Any]:
     """Backward's starting adjoints, one float64 slot per byte of each buffer."""
     if xp is np:
@@ -526,14 +603,34 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     seg_retained = tuple(tape.retained)
 
     plan = run_plan(program)
-    adj = _adjoints(program, plan, xp) if admission.supported else None
-    replays: list[Snapshot | None] = [None] * len(tape.bounds)
-    for s in reversed(range(len(tape.bounds))):
+    n_seg = len(tape.bounds)
+    replays: list[Snapshot | None] = [None] * n_seg
+    # On NumPy, backward follows the program's first swept backward (``_Swept``) for as
+    # long as this run recovers the same values: the adjoints are then that sweep's,
+    # read-only, copied only where this run parts from it and sweeps its own. The first
+    # run (none to follow) keeps its sweep for the runs after it.
+    follow = _swept(program, xp) if admission.supported else None
+    if follow is not None:
+        adj = follow.start
+    else:
+        adj = _adjoints(program, plan, xp) if admission.supported else None
+    keep = _Swept(plan.adjoint, n_seg, _rules(program)) \
+        if adj is not None and xp is np and follow is None else None
+    for s in reversed(range(n_seg)):
         rec = strategies[s].recover(tape, s, state)
         replays[s] = rec.replay
         if adj is not None:
-            _back_segment(tape, adj, tape.bounds[s][0], rec.ops)
+            if follow is not None and follow.same(s, rec.ops):
+                adj = follow.after[s]
+            else:
+                if follow is not None:  # parts here: from now on its own adjoints
+                    adj, follow = {b: a.copy() for b, a in adj.items()}, None
+                _back_segment(tape, adj, tape.bounds[s][0], rec.ops)
+                if keep is not None:
+                    keep.keep(s, rec.ops, adj)
         tape.temp_now = 0  # the segment's workspace is released once it is differentiated
+    if keep is not None:
+        program.derived[_SWEPT] = keep
 
     gradient = None
     if adj is not None:

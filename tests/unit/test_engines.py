@@ -3,6 +3,7 @@ tolerance, exact bytes and generator state after the forward pass, after backwar
 after every segment replay; each replay transaction leaves the visible state intact."""
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -188,3 +189,44 @@ def test_an_engine_that_raises_gives_error_records():
     recs = engine_records(p, execute(p), None, [Broken()], "p")
     assert [(r.check, r.outcome) for r in recs] == [("gradient", "error"), ("bytes", "error")]
     assert "boom" in recs[0].detail
+
+
+def _gradient_bytes(engine, p, ex):
+    g = engines.get(engine).run(p, admission=ex.admission).gradient
+    return None if g is None else g.tobytes()
+
+
+def test_a_run_that_follows_the_swept_backward_gets_the_gradient_it_would_sweep():
+    """An engine run may follow the backward a first run of the program swept (for the
+    segments whose recovered values it matches byte for byte): every engine's and mutant's
+    gradient, run second on the program after any first one, is byte for byte the one it
+    gets run alone. Mutants that recover other values (and get another gradient) part from
+    the first run's sweep and sweep their own."""
+    names = (*engines.ENGINES, "mutant:region-current-segment-only",
+             "mutant:readset-missing-second-operand", "mutant:whole-redraw-noise")
+    parted = 0
+    for family, i in itertools.product(("derivative", "hazard", "default"), range(6)):
+        p = generate(4, i, family=family)
+        ex = execute(p)
+        alone = {name: _gradient_bytes(name, replace(p), ex) for name in names}
+        for first, second in itertools.product(names, repeat=2):
+            q = replace(p)
+            engines.get(first).run(q, admission=ex.admission)
+            assert _gradient_bytes(second, q, ex) == alone[second], (family, i, first, second)
+            parted += alone[first] != alone[second]
+    assert parted  # (some second runs recovered other values than the first)
+
+
+def test_a_run_under_other_reverse_rules_does_not_follow_the_swept_backward(monkeypatch):
+    from replayverify.programs.interpreter import REVERSE
+    from replayverify.programs.model import OpKind
+
+    p = HAND["shift_up"]()
+    ex = execute(p)
+    right = REVERSE[OpKind.TANH]
+    engines.get("eager").run(p, admission=ex.admission)  # (sweeps and keeps its backward)
+    with monkeypatch.context() as m:
+        m.setitem(REVERSE, OpKind.TANH, lambda rec, g: {f: -c for f, c in right(rec, g).items()})
+        want = _gradient_bytes("whole", replace(p), ex)
+        assert _gradient_bytes("whole", p, ex) == want
+    assert want != _gradient_bytes("whole", replace(p), ex)

@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
+from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, execute_op
 from replayverify.programs.model import OpKind, Program
 from replayverify.programs.state import Snapshot, State, initial_state
@@ -40,6 +41,7 @@ class ReferenceRun(NamedTuple):
     before_draw: Snapshot | None = None
 
 
+@quiet  # (overflow and invalid results are legal values, as in every entry point)
 def reference_run(program: Program, start: Snapshot | None = None, *,
                   forward: Mapping[OpKind, ForwardRule] = FORWARD) -> ReferenceRun:
     """Run the program once from ``start`` (default: its initial state), keeping every

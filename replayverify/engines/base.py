@@ -433,10 +433,20 @@ def _hook(strategy: Strategy, name: str) -> Any:
 
 def _forward(tape: Tape, state: State) -> None:
     program = tape.program
+    # the hooks of the segment's strategy and of its journal's owner, looked up when they
+    # change (an engine preserves every segment with one strategy: once a run)
+    st = owner = None
     for s, (a, b) in enumerate(tape.bounds):
-        st, owner = tape.strategies[s], tape.journal_owner[s]
-        before, after = _hook(st, "before"), _hook(st, "after")  # looked up once a segment
-        st.begin(tape, s, state)
+        if tape.strategies[s] is not st:
+            st = tape.strategies[s]
+            begin, before, after, end = (_hook(st, "begin"), _hook(st, "before"),
+                                         _hook(st, "after"), _hook(st, "end"))
+        if tape.journal_owner[s] is not owner:
+            owner = tape.journal_owner[s]
+            if owner is not None:
+                journal_open, journal_close = owner.journal_open, owner.journal_close
+        if begin is not None:
+            begin(tape, s, state)
         if owner is None:
             for k in range(a, b):
                 if before is not None:
@@ -445,7 +455,6 @@ def _forward(tape: Tape, state: State) -> None:
                 if after is not None:
                     after(tape, s, k, state, ev)
         else:
-            journal_open, journal_close = owner.journal_open, owner.journal_close
             for k in range(a, b):
                 if before is not None:
                     before(tape, s, k, state)
@@ -454,7 +463,8 @@ def _forward(tape: Tape, state: State) -> None:
                 journal_close(tape, s, k, state, ev, pending)
                 if after is not None:
                     after(tape, s, k, state, ev)
-        st.end(tape, s, state)
+        if end is not None:
+            end(tape, s, state)
 
 
 def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpValues]
@@ -579,6 +589,31 @@ def _adjoints(program: Program, plan: RunPlan, xp: ModuleType) -> dict[str, Any]
     return adj
 
 
+def _start_state(program: Program, xp: ModuleType) -> State:
+    """B_0, R_0 for a run: the state the program's previous run set aside
+    (:func:`_set_aside`) with B_0 written over its buffers in place and R_0, else a new one.
+    A check runs every engine on one program: reusing the buffers keeps the strided views
+    that reads and writes go through (``State.typed``, one per view, made on first use and
+    valid while its buffer is that object), so they are made once a program, not once a run.
+    NumPy states of programs whose B_0 is carried (``initial_state``) only."""
+    initial = program.derived.get("initial")
+    if xp is np and initial is not None:
+        # taken out while a run uses it: a run within a run of this program gets its own
+        state = program.derived.pop("engine_state", None)
+        if state is not None:
+            for name, buf in state.buffers.items():
+                buf[...] = np.frombuffer(initial.buffers[name], np.uint8)
+            state.rng = initial.rng
+            return state
+    return initial_state(program, xp)
+
+
+def _set_aside(program: Program, state: State) -> None:
+    """Keep a finished run's state for the program's next run (:func:`_start_state`)."""
+    if state.xp is np and "initial" in program.derived:
+        program.derived["engine_state"] = state
+
+
 @quiet
 def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
                    admission: Admission | None = None, xp: ModuleType | None = None
@@ -596,7 +631,7 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     if admission is None:
         admission = execute(program, record_boundaries=False).admission
     tape = Tape(program, strategies, xp=xp)
-    state = initial_state(program, xp)
+    state = _start_state(program, xp)
     _forward(tape, state)
     forward = state.snapshot()
     retained = sum(tape.retained)
@@ -644,10 +679,12 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
             lay = tape.lay
             parts = [adj[lay[n].view.buffer][lay[n].starts_in(xp)] for n in program.inputs]
             gradient = to_host(xp.concatenate(parts)) if parts else np.empty(0, np.float64)
-    return EngineResult(
+    result = EngineResult(
         engine=name, gradient=gradient, reason="" if admission.supported else admission.reason,
         forward=forward, final=state.snapshot(), replays=tuple(replays),
         retained_bytes=retained, peak_temporary_bytes=tape.temp_peak,
         replayed_ops=tape.replayed_ops, segment_retained_bytes=seg_retained,
         strategies=tuple(tape.chosen),
     )
+    _set_aside(program, state)
+    return result

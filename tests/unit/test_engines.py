@@ -230,3 +230,27 @@ def test_a_run_under_other_reverse_rules_does_not_follow_the_swept_backward(monk
         want = _gradient_bytes("whole", replace(p), ex)
         assert _gradient_bytes("whole", p, ex) == want
     assert want != _gradient_bytes("whole", replace(p), ex)
+
+
+def test_runs_of_one_program_start_from_b0_whatever_the_previous_run_left():
+    # the engines of a check reuse one state (B_0 written over it in place): a run that
+    # raised half-way, or a run inside another run of the same program, changes nothing
+    p = generate(0, 3, "mixed")
+    ex = execute(p)
+
+    class Raises(Eager):
+        def before(self, tape, s, k, state):
+            if k == 2:
+                raise RuntimeError("half-way")
+            super().before(tape, s, k, state)
+
+    class Nested(Whole):
+        def begin(self, tape, s, state):
+            assert_engine_exact(engines.get("region").run(p, admission=ex.admission), ex)
+            super().begin(tape, s, state)
+
+    for _ in range(2):
+        assert_engine_exact(engines.get("eager").run(p, admission=ex.admission), ex)
+        with pytest.raises(RuntimeError):
+            StrategyEngine("raises", Raises()).run(p, admission=ex.admission)
+        assert_engine_exact(StrategyEngine("nested", Nested()).run(p, admission=ex.admission), ex)

@@ -444,45 +444,41 @@ DTYPE_NAME = {i: name for name, i in DTYPE_CODE.items()}
 INPUT_OP = -1
 
 
-class ExtentTags(NamedTuple):
-    """A view's extent tags (``extent_tags``): an (elements, 1) column and its bytes."""
+class ElementTags(NamedTuple):
+    """How :class:`_Versions` sees the extent tags of the words of one element of a dtype:
+    as one integer of ``dtype`` over the element's consecutive word tags (int8 for a
+    one-word element, little-endian int16 for two), and ``own``, that integer when every
+    word carries the element's own tag."""
 
-    col: np.ndarray
-    raw: bytes
-
-
-def extent_tags(program: Program) -> dict[str, ExtentTags]:
-    """Per view, the *extent tag* of each element: ``4 * first byte + dtype code + 1``.
-
-    Two writes of a buffer's bytes have equal tags exactly when they wrote the same
-    element extent (same first byte, same dtype, hence the same bytes); 0 is kept for
-    "never written". Derived once per program.
-    """
-    return program.carried("extent_tags", _extent_tags)
+    dtype: np.dtype
+    own: np.ndarray  # 0-d, of ``dtype``
+    raw: bytes  # its bytes: the word tags in order
 
 
-def _extent_tags(program: Program) -> dict[str, ExtentTags]:
-    # every view's tags with one array operation, then each view's slice of them
-    los = list(layouts(program).values())
-    sizes = [lo.size for lo in los]
-    raw = (np.concatenate([lo.starts for lo in los]) * 4
-           + np.repeat([DTYPE_CODE[lo.view.dtype] + 1 for lo in los], sizes)).tobytes()
-    col = np.frombuffer(raw, np.int64).reshape(-1, 1)
-    tags, at = {}, 0
-    for lo, n in zip(los, sizes):
-        tags[lo.view.name] = ExtentTags(col[at:at + n], raw[8 * at:8 * (at + n)])
-        at += n
-    return tags
+def _element_tags(dtype: str) -> ElementTags:
+    code = DTYPE_CODE[dtype]
+    raw = bytes(code + 1 + 4 * i for i in range(DTYPES[dtype].itemsize // 4))
+    as_one = np.dtype(np.int8) if len(raw) == 1 else np.dtype("<i2")
+    own = np.frombuffer(raw, as_one).reshape(())
+    return ElementTags(as_one, own, raw)
+
+
+ELEMENT_TAGS = {name: _element_tags(name) for name in DTYPES}
 
 
 class _ViewWords(NamedTuple):
-    """A view's words in :class:`_Versions`' id arrays (views of them, made once per view):
-    ``words`` of shape (*view shape, words per element), each element's ``first`` and
-    ``second`` word (None for one-word elements), each of the view's shape."""
+    """A view's words in :class:`_Versions`' arrays (views of them, made once per view):
+    ``words`` (ids plus one), of shape (*view shape, words per element), each element's
+    ``first`` and ``second`` id word (None for one-word elements) and its ``tags`` as one
+    integer (``ElementTags``), each of the view's shape; ``own``, that integer for the
+    view's own extent, and ``raw``, the bytes of ``tags`` when every element carries it."""
 
     words: np.ndarray
     first: np.ndarray
     second: np.ndarray | None
+    tags: np.ndarray
+    own: np.ndarray
+    raw: bytes
 
 
 # 1 as a 0-d intp array: NumPy subtracts it from an array about twice as fast as the
@@ -494,86 +490,92 @@ class _Versions:
     """The version graph's bookkeeping: the nodes made so far and every byte's last writer.
 
     Node ids are handed out in order, a contiguous run per op (the inputs first), so a
-    node's op is found from the first id of each run. Per node only its extent tag is
-    stored (``extent_tags``), in ``tag`` at index id + 1, with ``tag[0] = 0`` for
-    "never written".
+    node's op is found from the first id of each run.
 
     The last writer of every byte is stored once per aligned 4-byte word, which is exact:
     offsets and strides are multiples of the itemsize (4 or 8), so every element covers
-    whole aligned words and the bytes of a word always share their last writer. The words
-    hold ids plus one in zero-filled arrays (``np.zeros``: pages never written cost no
-    memory), so the bookkeeping grows with what is written, not with the buffers' size: at
-    most 1 byte per buffer byte (int32 ids; int64 only for programs that could create
-    2^31 nodes). The id arrays handed out (an op's reads and writes, the inputs', the
-    loss's) are intp whatever the stored dtype: the reverse sweeps index the adjoints
-    with them, and NumPy indexes with an intp array about seven times faster than with
-    an int32 one (~0.7 vs ~4.6 us for 16 elements), which it converts on every use.
+    whole aligned words and the bytes of a word always share their last writer. Beside
+    each word's writer (its id plus one, in ``words``) sits the writer's *extent tag* for
+    that word (in ``tags``): ``dtype code + 1 + 4 i`` for the element's i-th word, 0 for
+    "never written". Given the word, its tag names the writer's extent (first byte: the
+    word's minus 4 i; dtype), so a word carries the tag a reading element expects there
+    exactly when its last writer had the element's own extent, and the expected tags are
+    the same for every element of a dtype (``ELEMENT_TAGS``): nothing is derived per
+    program (absolute tags, 4 * first byte + dtype, were: ~30 us a fresh program).
+
+    The arrays are zero-filled (``np.zeros``: pages never written cost no memory), so the
+    bookkeeping grows with what is written, not with the buffers' size: at most 1.25
+    bytes per buffer byte (int32 ids, int64 only for programs that could create 2^31
+    nodes; int8 tags). The id arrays handed out (an op's reads and writes, the inputs',
+    the loss's) are intp whatever the stored dtype: the reverse sweeps index the
+    adjoints with them, and NumPy indexes with an intp array about seven times faster
+    than with an int32 one (~0.7 vs ~4.6 us for 16 elements), which it converts on every
+    use.
     """
 
     def __init__(self, program: Program, capacity: int) -> None:
         # ``capacity`` is the most nodes the program can create (its inputs' elements plus
         # every op's destination elements): nothing is copied while the nodes fill up
         self.id_dtype = np.int32 if capacity < 2**31 - 2 else np.int64
-        self.tag = np.zeros(capacity + 1, np.int64)
         self.n = 0
         self._firsts: list[int] = []  # the first id of each op's run of nodes
         self._ops: list[int] = []  # that op (INPUT_OP for an input)
-        self.words = {b.name: np.zeros(-(-b.nbytes // 4), self.id_dtype)
-                      for b in program.buffers}
+        nwords = {b.name: -(-b.nbytes // 4) for b in program.buffers}
+        self.words = {name: np.zeros(n, self.id_dtype) for name, n in nwords.items()}
+        self.tags = {name: np.zeros(n, np.int8) for name, n in nwords.items()}  # one a word
         self._strided: dict[str, _ViewWords] = {}
         # every id (and id plus one) this run can hand out, made once: an op's ids are a
         # slice of it (read-only: OpVersions and the sweeps share the slices)
-        self._ids = _id_range(self.tag.size)
+        self._ids = _id_range(capacity + 1)
 
     def _words_of(self, layout: ViewLayout) -> _ViewWords:
-        """The words of the view's elements, shape (*view shape, words per element), as a
-        strided array over the id array, with its first and second word per element
-        (views of it, made once per view; ``write`` and ``resolve`` look them up in
-        ``_strided`` first): word w sits at byte 4w of the buffer and at ``w * itemsize``
-        of the id array, so offsets and strides scale by itemsize / 4."""
+        """The words of the view's elements, shape (*view shape, words per element), as
+        strided arrays over the id and tag arrays, with the first and second id word per
+        element (views of them, made once per view; ``write`` and ``resolve`` look them
+        up in ``_strided`` first): word w sits at byte 4w of the buffer, at ``w *
+        itemsize`` of the id array and at byte w of the tag array, so offsets and strides
+        scale by itemsize / 4 and by 1 / 4."""
         v = layout.view
         vw = self._strided.get(v.name)
         if vw is None:
-            words = self.words[v.buffer]
-            scale = words.itemsize // 4
+            words, tags = self.words[v.buffer], self.tags[v.buffer]
+            scale, n = words.itemsize // 4, v.itemsize // 4
             # (shape, dtype, buffer, offset, strides) by position, as ViewLayout.strided
-            arr = np.ndarray((*v.shape, v.itemsize // 4), words.dtype, words, v.offset * scale,
+            arr = np.ndarray((*v.shape, n), words.dtype, words, v.offset * scale,
                              (*(s * scale for s in v.strides), words.itemsize))
+            et = ELEMENT_TAGS[v.dtype]  # (an element's word tags as one integer)
+            tag = np.ndarray(v.shape, et.dtype, tags, v.offset // 4,
+                             tuple([s // 4 for s in v.strides]))
             vw = self._strided[v.name] = _ViewWords(
-                arr, arr[..., 0], arr[..., 1] if arr.shape[-1] == 2 else None)
+                arr, arr[..., 0], arr[..., 1] if n == 2 else None, tag, et.own,
+                et.raw * v.size)
         return vw
 
-    def write(self, op: int, layout: ViewLayout, tags: ExtentTags,
-              where: np.ndarray | None) -> np.ndarray:
+    def write(self, op: int, layout: ViewLayout, where: np.ndarray | None) -> np.ndarray:
         """New nodes for the elements ``op`` writes at ``where`` (all if None), recorded as
-        the last writers of their bytes; returns their ids. ``tags``: the view's."""
-        tags = tags.col[:, 0] if where is None else tags.col[where, 0]
-        lo, m = self.n + 1, tags.size
-        if lo + m > self.tag.size:
-            grown = np.zeros(max(2 * self.tag.size, lo + m), np.int64)
-            grown[:lo] = self.tag[:lo]
-            self.tag = grown
-            self._ids = _id_range(grown.size)
-        self.tag[lo: lo + m] = tags
+        the last writers of their bytes; returns their ids."""
+        lo, m = self.n + 1, layout.size if where is None else where.size
+        if lo + m > self._ids.size:
+            self._ids = _id_range(max(2 * self._ids.size, lo + m))
         ids = self._ids[lo - 1: lo - 1 + m]  # intp, like every id array handed out
         stored = self._ids[lo: lo + m]  # ids plus one, cast to the id dtype as they are stored
         vw = self._strided.get(layout.view.name) or self._words_of(layout)
-        target = vw.words
         if where is None:  # every word of an element gets its id, one column at a time
             column = stored if vw.first.ndim == 1 else stored.reshape(vw.first.shape)
             vw.first[...] = column
             if vw.second is not None:
                 vw.second[...] = column
-        elif target.ndim == 2:
-            target[where] = stored[:, None]
+            vw.tags[...] = vw.own
         else:
-            target[np.unravel_index(where, layout.view.shape)] = stored[:, None]
+            at = where if vw.words.ndim == 2 else np.unravel_index(where, layout.view.shape)
+            vw.words[at] = stored[:, None]
+            vw.tags[at] = vw.own
         self._firsts.append(self.n)
         self._ops.append(op)
         self.n += m
         return ids
 
-    def resolve(self, layout: ViewLayout, tags: ExtentTags, op: int | None,
+    def resolve(self, layout: ViewLayout, op: int | None,
                 explain: bool) -> tuple[np.ndarray, str, bool]:
         """Version id read by each element of a float view, or BAD; when ``explain``, the
         reason for the first BAD element ("" when there is none; ``op``: the reading op,
@@ -582,47 +584,39 @@ class _Versions:
         An element reads one version exactly when each of its words was last written by
         a node of its own extent, or none of them was ever written (CONST). Equal tags
         suffice: a node of the element's extent covers all its words, so the last such
-        node is the last writer of every word that still carries that tag."""
+        node is the last writer of every word that still carries its tag."""
         vw = self._strided.get(layout.view.name) or self._words_of(layout)
-        # the stored ids (plus one) as intp, flat: NumPy indexes with an intp array
-        # several times faster than with an int32 one, which it converts on every use
-        first = vw.first.astype(np.intp).ravel()
-        written = self.tag[first]
-        stored = None
-        if vw.second is None or vw.first.tobytes() == vw.second.tobytes():
-            # one writer per element (its one or two words agree, compared as bytes in
-            # row-major order): the element's one tag decides, no (elements, words) arrays
-            if written.tobytes() == tags.raw:  # the common case: each writer its element's
-                return first - _ONE, "", True
-            ok = (written == tags.col[:, 0]) | (written == 0)
-        else:
-            stored = vw.words.reshape(layout.size, -1)  # (elements, words)
-            words_written = self.tag[stored.astype(np.intp)]
-            ok = ((words_written == tags.col) | (words_written == 0)).all(axis=1)
+        # the writers of the elements' first words as intp, flat (one subtraction: NumPy
+        # indexes with an intp array several times faster than with an int32 one)
+        first = vw.first - _ONE
+        if first.ndim != 1:
+            first = first.reshape(-1)
+        if vw.tags.tobytes() == vw.raw:  # the common case: each word its element's tag
+            return first, "", True
+        tags = vw.tags if vw.tags.ndim == 1 else vw.tags.reshape(-1)
+        ok = (tags == vw.own) | (tags == 0)
         if ok.all():  # the others were never written at all (CONST)
-            return first - _ONE, "", False
-        vids = np.where(ok, first - _ONE, BAD)
+            return first, "", False
+        vids = np.where(ok, first, BAD)
         if not explain:
             return vids, "", False
-        if stored is None:
-            stored = vw.words.reshape(layout.size, -1)
         j = int(np.flatnonzero(~ok)[0])
+        row = vw.words.reshape(layout.size, -1)[j].astype(np.int64) - 1
         what = "the loss" if op is None else f"op {op}"
-        return vids, self._refusal(stored[j].astype(np.int64) - 1, layout, j, what), False
+        return vids, self._refusal(row, tags[j:j + 1].tobytes(), layout, j, what), False
 
     def _op_of(self, v: int) -> int:
         return self._ops[bisect.bisect_right(self._firsts, v) - 1]
 
-    def _dtype_of(self, v: int) -> str:
-        return DTYPE_NAME[(int(self.tag[v + 1]) - 1) % 4]
-
-    def _refusal(self, row: np.ndarray, layout: ViewLayout, j: int, what: str) -> str:
-        """Why element ``j`` (its words' last writers ``row``, CONST if never written)
-        does not read one float version."""
+    def _refusal(self, row: np.ndarray, tags: bytes, layout: ViewLayout, j: int,
+                 what: str) -> str:
+        """Why element ``j`` (its words' last writers ``row``, CONST if never written, and
+        their tags) does not read one float version."""
         where = f"float read at {what} (view {layout.view.name!r} element {j})"
-        for v in row:
-            if v >= 0 and self._dtype_of(int(v)) not in ("float64", "float32"):
-                return f"{where} of bytes last written by integer op {self._op_of(int(v))}"
+        dtypes = [DTYPE_NAME[(t - 1) % 4] for t in tags]  # each word's writer's
+        for v, dtype in zip(row.tolist(), dtypes):
+            if v >= 0 and dtype not in ("float64", "float32"):
+                return f"{where} of bytes last written by integer op {self._op_of(v)}"
         writers = sorted({int(v) for v in row})
         if len(writers) > 1:
             ops = sorted({("input" if v >= 0 and self._op_of(v) == INPUT_OP else
@@ -630,7 +624,7 @@ class _Versions:
             return f"{where} of bytes from several writes ({', '.join(ops)})"
         v = writers[0]
         src = "an input" if self._op_of(v) == INPUT_OP else f"op {self._op_of(v)}"
-        return (f"{where} of bytes written by {src} as {self._dtype_of(v)} "
+        return (f"{where} of bytes written by {src} as {dtypes[0]} "
                 f"at a different byte extent")
 
 
@@ -739,12 +733,11 @@ def execute(program: Program, *, record_boundaries: bool = True,
     given = given_draws(program, draws) if draws else {}
     lay = layouts(program)
     steps = op_steps(program)
-    tags = extent_tags(program)
     state = initial_state(program)
     store = _Versions(program, sum(lay[name].size for name in program.inputs)
                       + sum(step.size for step in steps))
 
-    input_ids = [store.write(INPUT_OP, lay[name], tags[name], None) for name in program.inputs]
+    input_ids = [store.write(INPUT_OP, lay[name], None) for name in program.inputs]
     input_vids = np.concatenate(input_ids) if input_ids else np.empty(0, np.int64)
 
     admission = Admission(True)
@@ -758,15 +751,14 @@ def execute(program: Program, *, record_boundaries: bool = True,
     for k, step in enumerate(steps):
         read_vids, complete = {}, []
         for f, src in step.sources:  # a float op's sources
-            vids, reason, whole = store.resolve(src, tags[src.view.name], k,
-                                                admission.supported)
+            vids, reason, whole = store.resolve(src, k, admission.supported)
             read_vids[f] = vids
             if whole:
                 complete.append(f)
             if reason:
                 admission = Admission(False, reason, k)
         operands, drawn, where, _ = _run_step(program, step, state, given.get(k), forward)
-        out = store.write(k, step.dst, tags[step.dst.view.name], where)
+        out = store.write(k, step.dst, where)
         # the written values stay in the state; no reverse rule or check reads them from
         # the record, which would hold a second copy of everything written
         records.append(OpValues(k, step.op, step.dtype, step.size, operands, drawn, where))
@@ -776,8 +768,7 @@ def execute(program: Program, *, record_boundaries: bool = True,
 
     loss_layout = lay[program.loss.view]
     if loss_layout.view.is_float:
-        loss_vids, reason, _ = store.resolve(loss_layout, tags[program.loss.view], None,
-                                             admission.supported)
+        loss_vids, reason, _ = store.resolve(loss_layout, None, admission.supported)
         if reason:
             admission = Admission(False, reason, None)
     else:

@@ -522,8 +522,9 @@ def _rules(program: Program) -> tuple:
 
 
 class _Swept:
-    """A NumPy backward of the program as the first engine run swept it: per segment, the
-    recovered records it differentiated and the adjoints after them (read-only copies).
+    """A NumPy backward of the program as the first engine run swept it: per segment, what
+    backward read of the recovered records it differentiated (``_values_key``) and the
+    adjoints after them (read-only copies).
 
     Backward is a function of the recovered values alone (with the program and the reverse
     rules): ``_back_segment`` derives what an op wrote from its recovered operands and
@@ -534,48 +535,49 @@ class _Swept:
     and sweeps its own: what it recovered is differentiated and judged as before.
     """
 
-    __slots__ = ("after", "ops", "rules", "start")
+    __slots__ = ("after", "keys", "rules", "start")
 
     def __init__(self, start: dict[str, np.ndarray], n_seg: int, rules: tuple) -> None:
         self.start = start  # the plan's read-only starting adjoints
-        self.ops: list[Sequence[OpValues] | None] = [None] * n_seg
+        self.keys: list[list[tuple] | None] = [None] * n_seg
         self.after: list[dict[str, np.ndarray] | None] = [None] * n_seg
         self.rules = rules
 
     def keep(self, s: int, ops: Sequence[OpValues], adj: dict[str, np.ndarray]) -> None:
+        keys = [_values_key(rec) for rec in ops]
+        if None in keys:
+            return  # (values that are not NumPy arrays: no later run follows this segment)
         after = {}
         for b, a in adj.items():
             a = a.copy()
             a.setflags(write=False)
             after[b] = a
-        self.ops[s], self.after[s] = ops, after
+        self.keys[s], self.after[s] = keys, after
 
     def same(self, s: int, ops: Sequence[OpValues]) -> bool:
         """Whether ``ops`` hold the values segment ``s`` was swept with, byte for byte."""
-        swept = self.ops[s]
-        if swept is None or len(swept) != len(ops):
+        keys = self.keys[s]
+        if keys is None or len(keys) != len(ops):
             return False
-        for x, y in zip(swept, ops):
-            if x is y:
-                continue
-            if (x.index != y.index or x.op is not y.op or x.dtype != y.dtype
-                    or x.dst_size != y.dst_size or not _same_array(x.draws, y.draws)):
+        for key, rec in zip(keys, ops):
+            if key != _values_key(rec):
                 return False
-            xo, yo = x.operands, y.operands
-            if len(xo) != len(yo):
-                return False
-            for f, v in xo.items():
-                if not _same_array(v, yo.get(f)):
-                    return False
         return True
 
 
-def _same_array(a: Any, b: Any) -> bool:
-    """Both None, or NumPy arrays of one dtype and shape with the same bytes."""
-    if a is None or b is None:
-        return a is b
-    return (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
-            and a.shape == b.shape and a.tobytes() == b.tobytes())
+def _values_key(rec: OpValues) -> tuple | None:
+    """What backward reads of a recovered record: its op (index, op, dtype, size) and the
+    dtype, shape and bytes of its draws and of each operand (by field); None where one
+    of them is not a NumPy array."""
+    key = [rec.index, rec.op, rec.dtype, rec.dst_size, tuple(rec.operands)]
+    for a in (rec.draws, *rec.operands.values()):
+        if a is None:
+            key.append(None)
+        elif type(a) is np.ndarray:
+            key.append((a.dtype, a.shape, a.tobytes()))
+        else:
+            return None
+    return tuple(key)
 
 
 def _adjoints(program: Program, plan: RunPlan, xp: ModuleType) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from replayverify.programs.model import OP_SPECS, OpKind
 from replayverify.verifier.bytes_check import diff_states, replay
 from replayverify.verifier.compare import Verdict, compare_gradients
 from replayverify.verifier.records import Outcome
-from replayverify.verifier.reference_run import ReferenceRun
+from replayverify.verifier.reference_run import ReferenceRun, first_draw
 
 Comparison = Callable[[np.ndarray, np.ndarray], Verdict]  # (g, g_ref) -> gradient verdict
 
@@ -102,8 +102,11 @@ def wrong_rng_control(ex: Execution, run: ReferenceRun | None = None) -> Verdict
     before that op (with the wrong generator state), else from (B_s, R_s).
     """
     program = ex.program
+    # The first drawing segment is the one holding the program's first drawing op.
+    drawing = first_draw(program)
     bounds = program.segment_bounds()
-    s = next((s for s, (lo, hi) in enumerate(bounds) if draws_in(ex, lo, hi)), None)
+    s = None if drawing is None else next(
+        (s for s, (lo, hi) in enumerate(bounds) if lo <= drawing < hi), None)
     if s is None:
         return Verdict(Outcome.UNSUPPORTED, None, "the program draws no random values")
     lo, hi = bounds[s]
@@ -114,8 +117,7 @@ def wrong_rng_control(ex: Execution, run: ReferenceRun | None = None) -> Verdict
     first = lo
     if run is not None and run.before_draw is not None and (
             run.ends[s - 1] if s else run.start) == start:
-        start, first = run.before_draw, next(k for k in range(lo, hi)
-                                             if program.ops[k].spec.draws)
+        start, first = run.before_draw, drawing
     d = diff_states(replay(program, start, first, hi, rng=wrong), want)
     label = f"segment {s} replayed from {how}"
     if d.exact:

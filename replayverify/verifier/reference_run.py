@@ -11,12 +11,11 @@ under test and run their own forward.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from replayverify.programs.errstate import quiet
-from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, execute_op
+from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, execute_op, op_steps
 from replayverify.programs.model import OpKind, Program
 from replayverify.programs.state import Snapshot, State, initial_state
 
@@ -41,6 +40,15 @@ class ReferenceRun(NamedTuple):
     before_draw: Snapshot | None = None
 
 
+def first_draw(program: Program) -> int | None:
+    """The program's first op that draws random values (None: it draws nothing), from
+    its op steps (derived once)."""
+    for k, step in enumerate(op_steps(program)):
+        if step.draws:
+            return k
+    return None
+
+
 @quiet  # (overflow and invalid results are legal values, as in every entry point)
 def reference_run(program: Program, start: Snapshot | None = None, *,
                   forward: Mapping[OpKind, ForwardRule] = FORWARD) -> ReferenceRun:
@@ -50,20 +58,21 @@ def reference_run(program: Program, start: Snapshot | None = None, *,
     before the first drawing op of a segment."""
     state = initial_state(program) if start is None else start.state()
     start = state.snapshot() if start is None else start
-    first_draw = next((k for k, op in enumerate(program.ops) if op.spec.draws), None)
-    steps = evaluations(program, state, forward=forward)
+    drawing = first_draw(program)
+    n_ops = len(program.ops)
     ops: list[OpValues] = []
     ends = []
     before_draw = None
+    # (a plain loop over the ops, a snapshot at each segment end)
     for lo, hi in program.segment_bounds():
-        if first_draw is not None and lo <= first_draw < hi:
-            ops += itertools.islice(steps, first_draw - len(ops))
-            # (at the segment's start, the state kept there: the start or the last end)
-            before_draw = (state.snapshot() if first_draw > lo else ends[-1] if ends
-                           else start)
-        ops += itertools.islice(steps, hi - len(ops))
+        for k in range(lo, min(hi, n_ops)):
+            if k == drawing:
+                # (at the segment's start, the state kept there: the start or the last end)
+                before_draw = (state.snapshot() if k > lo else ends[-1] if ends else start)
+            ops.append(execute_op(program, k, state, forward=forward))
         ends.append(state.snapshot())
     n = len(ops)
-    ops += steps
+    for k in range(n, n_ops):  # (ops past the last segment: none in a valid program)
+        ops.append(execute_op(program, k, state, forward=forward))
     ends.append(ends[-1] if ends and len(ops) == n else state.snapshot())
     return ReferenceRun(start, tuple(ops), tuple(ends), before_draw)

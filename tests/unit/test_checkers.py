@@ -215,7 +215,7 @@ def test_wrong_rng_from_the_reference_run_gives_the_replay_from_the_boundary():
     drawing op; without it, or when the run did not enter the segment at the recorded
     (B_s, R_s), from (B_s, R_s): the same verdict either way."""
     from replayverify.verifier.controls import draws_in, wrong_rng_control
-    from replayverify.verifier.reference_run import reference_run
+    from replayverify.verifier.reference_run import first_draw, reference_run
 
     shortcut = 0
     for family in ("default", "derivative", "bytes", "hazard"):
@@ -225,6 +225,11 @@ def test_wrong_rng_from_the_reference_run_gives_the_replay_from_the_boundary():
             assert wrong_rng_control(ex, run) == wrong_rng_control(ex)
             bounds = p.segment_bounds()
             s = next((s for s, (lo, hi) in enumerate(bounds) if draws_in(ex, lo, hi)), None)
+            # the control finds that segment as the one holding the first drawing op
+            drawing = first_draw(p)
+            assert drawing == next((k for k, op in enumerate(p.ops) if op.spec.draws), None)
+            assert s == (None if drawing is None else next(
+                s for s, (lo, hi) in enumerate(bounds) if lo <= drawing < hi))
             if s is None:
                 continue
             shortcut += not p.ops[bounds[s][0]].spec.draws

@@ -524,6 +524,7 @@ class _Versions:
         self.words = {name: np.zeros(n, self.id_dtype) for name, n in nwords.items()}
         self.tags = {name: np.zeros(n, np.int8) for name, n in nwords.items()}  # one a word
         self._strided: dict[str, _ViewWords] = {}
+        self.foreign: set[tuple[str, str]] = set()  # see Execution.foreign_reads
         # every id (and id plus one) this run can hand out, made once: an op's ids are a
         # slice of it (read-only: OpVersions and the sweeps share the slices)
         self._ids = _id_range(capacity + 1)
@@ -598,6 +599,12 @@ class _Versions:
         if ok.all():  # the others were never written at all (CONST)
             return first, "", False
         vids = np.where(ok, first, BAD)
+        # the dtypes other than the view's that last wrote its words, from their tags (an
+        # admitted element's are its own or 0, never written): Execution.foreign_reads
+        dtype = layout.view.dtype
+        for t in set(tags.tobytes()):
+            if t and DTYPE_NAME[(t - 1) % 4] != dtype:
+                self.foreign.add((dtype, DTYPE_NAME[(t - 1) % 4]))
         if not explain:
             return vids, "", False
         j = int(np.flatnonzero(~ok)[0])
@@ -648,6 +655,10 @@ class Execution:
     admission: Admission
     n_nodes: int
     boundaries: list[Snapshot] = field(default_factory=list)  # B_s, R_s for s = 0..S
+    # (reader dtype, writer dtype) for every float read (a float op's source, the loss) of
+    # bytes whose last writer (an input or an op) had another dtype: admission refuses
+    # each such read, so only a refused program has any (the suite's coverage counts them)
+    foreign_reads: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def buffers(self) -> dict[str, bytes]:
@@ -774,7 +785,8 @@ def execute(program: Program, *, record_boundaries: bool = True,
     else:
         loss_vids = np.full(loss_layout.size, CONST, dtype=np.int64)
     return Execution(program, state, records, versions, input_vids, loss_vids,
-                     _loss(program, state), admission, store.n, boundaries)
+                     _loss(program, state), admission, store.n, boundaries,
+                     frozenset(store.foreign))
 
 
 def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray,

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
-
 from replayverify.programs.generate import VIEW_KINDS, view_kind
 from replayverify.programs.interpreter import Execution
 from replayverify.programs.model import DTYPES, FLOAT_DTYPES, INT_DTYPES, OP_SPECS, DtypeRule
-from replayverify.programs.state import ViewLayout, layouts
 
 # The refusal kinds of SPEC §3 and the phrase of the interpreter's reason that names each.
 REFUSALS = {
@@ -67,10 +64,9 @@ _KIND = {kind: (kind.value, spec.view_fields, spec.draws is not None)
 def program_coverage(ex: Execution) -> dict:
     """What one program exercised (JSON-ready; :func:`coverage_summary` adds them up)."""
     program = ex.program
-    views, label, two_d = {}, {}, set()
+    label, two_d = {}, set()
     by_buffer: dict[str, set[str]] = {}
     for v in program.views:  # (one pass: each is a few microseconds a program)
-        views[v.name] = v
         label[v.name] = f"{view_kind(v)}|{v.dtype}"  # its cell's
         if len(v.shape) == 2:
             two_d.add(v.name)
@@ -86,10 +82,9 @@ def program_coverage(ex: Execution) -> dict:
                 fields_2d.add(f)
         if drawing:
             draws.add(_draw_position(k, bounds))
-    # Admission refuses the first float read of bytes that another dtype wrote (SPEC §3:
-    # an integer write, several writes or a different byte extent), so only a refused
-    # program can have such reads: only refused programs are followed.
-    reads = set() if ex.admission.supported else _reads_of_other_dtypes(ex, views, by_buffer)
+    # the interpreter's version bookkeeping saw every float read of bytes that another
+    # dtype wrote last (Execution.foreign_reads)
+    reads = [f"{reader} read of {writer}-written bytes" for reader, writer in ex.foreign_reads]
     return {
         "cells": sorted(cells),
         "refusal": "" if ex.admission.supported else refusal_kind(ex.admission.reason),
@@ -100,82 +95,6 @@ def program_coverage(ex: Execution) -> dict:
         "fields_2d": sorted(fields_2d),
         "draw_positions": sorted(draws),
     }
-
-
-def _byte_mask(layout: ViewLayout, where: np.ndarray | None = None) -> int:
-    """The bytes of the view's elements at ``where`` (all when None) as a bit mask over
-    its buffer (bit b: byte b).
-
-    A whole view with positive strides is an element's bytes repeated along each axis:
-    the mask is one element's times (2^(n s) - 1) / (2^s - 1) per axis (n elements s
-    bytes apart), shifted by the offset; a view's elements share no byte, so the product
-    adds disjoint bits, with no carries."""
-    v = layout.view
-    one = (1 << v.itemsize) - 1  # an element's bytes at offset 0
-    if where is None and all(s > 0 for s in v.strides):
-        mask = one
-        for n, s in zip(v.shape, v.strides):
-            mask *= ((1 << (n * s)) - 1) // ((1 << s) - 1)
-        return mask << v.offset
-    starts = layout.starts if where is None else layout.starts[where]
-    mask = 0
-    for start in starts.tolist():
-        mask |= one << start
-    return mask
-
-
-def _reads_of_other_dtypes(ex: Execution, views: dict, by_buffer: dict[str, set[str]]
-                           ) -> set[str]:
-    """"<dtype> read of <dtype>-written bytes" for every float read (float ops' sources,
-    the loss) of bytes whose last writer (an input or an op) had another dtype."""
-    program = ex.program
-    lay = layouts(program)
-    # per buffer, the bytes each dtype wrote last, as bit masks (the buffers are a few
-    # hundred bytes: a write or a read is a few big-integer operations, not an index
-    # array). Only a buffer seen through two dtypes or more can have such reads, so only
-    # those buffers are followed.
-    written: dict[str, dict[str, int]] = {b.name: {} for b in program.buffers
-                                          if len(by_buffer.get(b.name, ())) > 1}
-    masks: dict[str, int] = {}  # each whole view's
-
-    def whole(name: str) -> int:
-        m = masks.get(name)
-        if m is None:
-            m = masks[name] = _byte_mask(lay[name])
-        return m
-
-    def write(name: str, where: np.ndarray | None) -> None:
-        last = written.get(views[name].buffer)
-        if last is not None:
-            m = whole(name) if where is None else _byte_mask(lay[name], where)
-            for dtype in last:
-                last[dtype] &= ~m
-            last[views[name].dtype] = last.get(views[name].dtype, 0) | m
-
-    reads: set[str] = set()
-
-    def read(name: str) -> None:
-        v = views[name]
-        if not v.is_float or v.buffer not in written:
-            return
-        m = whole(name)
-        for dtype, bits in written[v.buffer].items():
-            if dtype != v.dtype and bits & m:
-                reads.add(f"{v.dtype} read of {dtype}-written bytes")
-
-    for name in program.inputs:
-        write(name, None)
-    for rec, ver in zip(ex.records, ex.versions):
-        op = rec.op
-        if views[op.dst].is_float:
-            for f in op.spec.sources:
-                # a read whose every element read a version has only bytes last written
-                # at the element's own extent (in its own dtype): nothing to look for
-                if f not in ver.complete:
-                    read(getattr(op, f))
-        write(op.dst, rec.where)
-    read(program.loss.view)
-    return reads
 
 
 RATES = (

@@ -1,6 +1,9 @@
 """Suite coverage: cells, refusal kinds and rates (replayverify.verifier.coverage)."""
 
-from replayverify.programs import execute, generate
+from hypothesis import given, settings
+
+from replayverify.programs import execute, generate, layouts
+from replayverify.strategies import programs
 from replayverify.verifier.coverage import (
     REFUSALS,
     coverage_summary,
@@ -80,41 +83,56 @@ def test_summary_lists_what_did_not_occur_and_renders():
     assert "iadd / contiguous / int32" in only_draws["missing_cells"]
 
 
-def test_only_refused_programs_read_bytes_another_dtype_wrote():
-    """program_coverage follows the writers' dtypes only for refused programs: admission
-    refuses the first such read, so following a supported program's finds none."""
-    from replayverify.verifier.coverage import _reads_of_other_dtypes
+def _foreign_reads_byte_by_byte(ex):
+    """(reader dtype, writer dtype) of every float read of bytes whose last writer had
+    another dtype, following each byte's last writer's dtype through the run."""
+    program, lay = ex.program, layouts(ex.program)
+    last = {b.name: [None] * b.nbytes for b in program.buffers}
+    found = set()
 
+    def write(name, where):
+        lo = lay[name]
+        for j in range(lo.size) if where is None else where.tolist():
+            start = int(lo.starts[j])
+            last[lo.view.buffer][start:start + lo.dtype.itemsize] = \
+                [lo.view.dtype] * lo.dtype.itemsize
+
+    def read(name):
+        lo = lay[name]
+        if lo.view.is_float:
+            for start in lo.starts.tolist():
+                for dtype in last[lo.view.buffer][start:start + lo.dtype.itemsize]:
+                    if dtype is not None and dtype != lo.view.dtype:
+                        found.add((lo.view.dtype, dtype))
+
+    for name in program.inputs:
+        write(name, None)
+    for rec in ex.records:
+        if lay[rec.op.dst].view.is_float:
+            for f in rec.op.spec.sources:
+                read(getattr(rec.op, f))
+        write(rec.op.dst, rec.where)
+    read(program.loss.view)
+    return found
+
+
+def test_foreign_reads_are_every_float_read_of_bytes_another_dtype_wrote():
+    """Execution.foreign_reads (from the version bookkeeping's tags, looked at only where
+    admission refuses an element) against each byte's last writer followed through the
+    run; only refused programs have any."""
     seen = {True: 0, False: 0}
-    for family in ("mixed", "bytes", "default", "alias"):
+    for family in ("mixed", "bytes", "default", "alias", "hazard"):
         for i in range(30):
             ex = execute(generate(1, i, family))
-            views = {v.name: v for v in ex.program.views}
-            by_buffer: dict = {}
-            for v in ex.program.views:
-                by_buffer.setdefault(v.buffer, set()).add(v.dtype)
-            reads = _reads_of_other_dtypes(ex, views, by_buffer)
+            assert ex.foreign_reads == _foreign_reads_byte_by_byte(ex), (family, i)
             if ex.admission.supported:
-                assert reads == set(), (family, i)
-            seen[bool(reads)] += 1
+                assert not ex.foreign_reads, (family, i)
+            seen[bool(ex.foreign_reads)] += 1
     assert seen[True] and seen[False]  # both kinds of program occurred
 
 
-def test_a_views_byte_mask_has_the_bits_of_its_bytes():
-    """``_byte_mask`` (the repeated-element product for a whole view, one bit per byte of
-    the elements at ``where`` otherwise) sets exactly the bits of the view's bytes."""
-    import numpy as np
-
-    from replayverify.programs.state import layouts
-    from replayverify.verifier.coverage import _byte_mask
-
-    def bits(index: np.ndarray) -> int:
-        return sum(1 << b for b in set(index.tolist()))
-
-    rng = np.random.default_rng(0)
-    for family in ("mixed", "alias", "bytes", "hazard"):
-        for i in range(6):
-            for lay in layouts(generate(1, i, family)).values():
-                assert _byte_mask(lay) == bits(lay.byte_index)
-                where = np.flatnonzero(rng.random(lay.size) < 0.5)
-                assert _byte_mask(lay, where) == bits(lay.bytes_of(where))
+@settings(max_examples=60, deadline=None)
+@given(programs(max_ops=8))
+def test_foreign_reads_on_any_program(program):
+    ex = execute(program)
+    assert ex.foreign_reads == _foreign_reads_byte_by_byte(ex)

@@ -445,35 +445,31 @@ INPUT_OP = -1
 
 
 class ElementTags(NamedTuple):
-    """How :class:`_Versions` sees the extent tags of the words of one element of a dtype:
-    as one integer of ``dtype`` over the element's consecutive word tags (int8 for a
-    one-word element, little-endian int16 for two), and ``own``, that integer when every
-    word carries the element's own tag."""
+    """The extent tags of the bytes of one element of a dtype (see :class:`_Versions`),
+    seen as one integer of the element's size (little-endian: byte j's tag in byte j)."""
 
-    dtype: np.dtype
-    own: np.ndarray  # 0-d, of ``dtype``
-    raw: bytes  # its bytes: the word tags in order
+    dtype: np.dtype  # the signed integer dtype of the element's size
+    own: np.ndarray  # 0-d, of ``dtype``: the element's own tags, byte j's code + 1 + 4 j
+    raw: bytes  # its bytes
 
 
 def _element_tags(dtype: str) -> ElementTags:
-    code = DTYPE_CODE[dtype]
-    raw = bytes(code + 1 + 4 * i for i in range(DTYPES[dtype].itemsize // 4))
-    as_one = np.dtype(np.int8) if len(raw) == 1 else np.dtype("<i2")
-    own = np.frombuffer(raw, as_one).reshape(())
-    return ElementTags(as_one, own, raw)
+    code, size = DTYPE_CODE[dtype], DTYPES[dtype].itemsize
+    raw = bytes(code + 1 + 4 * j for j in range(size))
+    as_one = np.dtype(f"<i{size}")
+    return ElementTags(as_one, np.frombuffer(raw, as_one).reshape(()), raw)
 
 
 ELEMENT_TAGS = {name: _element_tags(name) for name in DTYPES}
 
 
 class _ViewWords(NamedTuple):
-    """A view's words in :class:`_Versions`' arrays (views of them, made once per view):
-    ``words`` (ids plus one), of shape (*view shape, words per element), each element's
-    ``first`` and ``second`` id word (None for one-word elements) and its ``tags`` as one
-    integer (``ElementTags``), each of the view's shape; ``own``, that integer for the
-    view's own extent, and ``raw``, the bytes of ``tags`` when every element carries it."""
+    """A view's elements in :class:`_Versions`' arrays, each of the view's shape (views of
+    them, made once per view): the ids (plus one) of the last writers of each element's
+    ``first`` and ``second`` word (None for one-word elements), and its bytes' ``tags``
+    as one integer (``ElementTags``); ``own``, that integer for the view's own extent,
+    and ``raw``, the bytes of ``tags`` when every element carries it."""
 
-    words: np.ndarray
     first: np.ndarray
     second: np.ndarray | None
     tags: np.ndarray
@@ -494,23 +490,24 @@ class _Versions:
 
     The last writer of every byte is stored once per aligned 4-byte word, which is exact:
     offsets and strides are multiples of the itemsize (4 or 8), so every element covers
-    whole aligned words and the bytes of a word always share their last writer. Beside
-    each word's writer (its id plus one, in ``words``) sits the writer's *extent tag* for
-    that word (in ``tags``): ``dtype code + 1 + 4 i`` for the element's i-th word, 0 for
-    "never written". Given the word, its tag names the writer's extent (first byte: the
-    word's minus 4 i; dtype), so a word carries the tag a reading element expects there
-    exactly when its last writer had the element's own extent, and the expected tags are
-    the same for every element of a dtype (``ELEMENT_TAGS``): nothing is derived per
-    program (absolute tags, 4 * first byte + dtype, were: ~30 us a fresh program).
+    whole aligned words and the bytes of a word always share their last writer (``ids``:
+    its id plus one). Every byte also carries its last writer's *extent tag* there
+    (``tags``): ``dtype code + 1 + 4 j`` for the writing element's j-th byte, 0 for "never
+    written". Given the byte, its tag names the writer's extent (first byte: this one's
+    minus j; dtype), so a byte carries the tag a reading element expects there exactly
+    when its last writer had the element's own extent. The tags an element expects are
+    the same for every element of a dtype (``ELEMENT_TAGS``), and a view's tags are a
+    strided array over the tag array with the view's own offset and strides: nothing is
+    derived per program or per view (absolute tags, 4 * first byte + dtype per element,
+    were derived per program: ~30 us a fresh one).
 
     The arrays are zero-filled (``np.zeros``: pages never written cost no memory), so the
-    bookkeeping grows with what is written, not with the buffers' size: at most 1.25
-    bytes per buffer byte (int32 ids, int64 only for programs that could create 2^31
-    nodes; int8 tags). The id arrays handed out (an op's reads and writes, the inputs',
-    the loss's) are intp whatever the stored dtype: the reverse sweeps index the
-    adjoints with them, and NumPy indexes with an intp array about seven times faster
-    than with an int32 one (~0.7 vs ~4.6 us for 16 elements), which it converts on every
-    use.
+    bookkeeping grows with what is written, not with the buffers' size: at most 2 bytes
+    per buffer byte (int32 ids, int64 only for programs that could create 2^31 nodes;
+    int8 tags). The id arrays handed out (an op's reads and writes, the inputs', the
+    loss's) are intp whatever the stored dtype: the reverse sweeps index the adjoints
+    with them, and NumPy indexes with an intp array about seven times faster than with an
+    int32 one (~0.7 vs ~4.6 us for 16 elements), which it converts on every use.
     """
 
     def __init__(self, program: Program, capacity: int) -> None:
@@ -520,9 +517,8 @@ class _Versions:
         self.n = 0
         self._firsts: list[int] = []  # the first id of each op's run of nodes
         self._ops: list[int] = []  # that op (INPUT_OP for an input)
-        nwords = {b.name: -(-b.nbytes // 4) for b in program.buffers}
-        self.words = {name: np.zeros(n, self.id_dtype) for name, n in nwords.items()}
-        self.tags = {name: np.zeros(n, np.int8) for name, n in nwords.items()}  # one a word
+        self.ids = {b.name: np.zeros(-(-b.nbytes // 4), self.id_dtype) for b in program.buffers}
+        self.tags = {b.name: np.zeros(b.nbytes, np.int8) for b in program.buffers}
         self._strided: dict[str, _ViewWords] = {}
         self.foreign: set[tuple[str, str]] = set()  # see Execution.foreign_reads
         # every id (and id plus one) this run can hand out, made once: an op's ids are a
@@ -530,26 +526,24 @@ class _Versions:
         self._ids = _id_range(capacity + 1)
 
     def _words_of(self, layout: ViewLayout) -> _ViewWords:
-        """The words of the view's elements, shape (*view shape, words per element), as
-        strided arrays over the id and tag arrays, with the first and second id word per
-        element (views of them, made once per view; ``write`` and ``resolve`` look them
-        up in ``_strided`` first): word w sits at byte 4w of the buffer, at ``w *
-        itemsize`` of the id array and at byte w of the tag array, so offsets and strides
-        scale by itemsize / 4 and by 1 / 4."""
+        """The view's elements in the id and tag arrays (``write`` and ``resolve`` look
+        them up in ``_strided`` first). Word w's id sits at ``w * itemsize`` of the id
+        array, byte 4w of the buffer for int32 ids: a view's offset and strides there
+        are its own (scaled by 2 for int64 ids); byte b's tag sits at byte b."""
         v = layout.view
         vw = self._strided.get(v.name)
         if vw is None:
-            words, tags = self.words[v.buffer], self.tags[v.buffer]
-            scale, n = words.itemsize // 4, v.itemsize // 4
+            ids, et = self.ids[v.buffer], ELEMENT_TAGS[v.dtype]
+            offset, strides = v.offset, v.strides
+            if ids.itemsize == 8:
+                offset, strides = 2 * offset, tuple([2 * s for s in strides])
             # (shape, dtype, buffer, offset, strides) by position, as ViewLayout.strided
-            arr = np.ndarray((*v.shape, n), words.dtype, words, v.offset * scale,
-                             (*(s * scale for s in v.strides), words.itemsize))
-            et = ELEMENT_TAGS[v.dtype]  # (an element's word tags as one integer)
-            tag = np.ndarray(v.shape, et.dtype, tags, v.offset // 4,
-                             tuple([s // 4 for s in v.strides]))
-            vw = self._strided[v.name] = _ViewWords(
-                arr, arr[..., 0], arr[..., 1] if n == 2 else None, tag, et.own,
-                et.raw * v.size)
+            first = np.ndarray(v.shape, ids.dtype, ids, offset, strides)
+            second = None if et.dtype.itemsize == 4 else \
+                np.ndarray(v.shape, ids.dtype, ids, offset + ids.itemsize, strides)
+            tags = np.ndarray(v.shape, et.dtype, self.tags[v.buffer], v.offset, v.strides)
+            vw = self._strided[v.name] = _ViewWords(first, second, tags, et.own,
+                                                    et.raw * v.size)
         return vw
 
     def write(self, op: int, layout: ViewLayout, where: np.ndarray | None) -> np.ndarray:
@@ -561,16 +555,16 @@ class _Versions:
         ids = self._ids[lo - 1: lo - 1 + m]  # intp, like every id array handed out
         stored = self._ids[lo: lo + m]  # ids plus one, cast to the id dtype as they are stored
         vw = self._strided.get(layout.view.name) or self._words_of(layout)
-        if where is None:  # every word of an element gets its id, one column at a time
-            column = stored if vw.first.ndim == 1 else stored.reshape(vw.first.shape)
-            vw.first[...] = column
-            if vw.second is not None:
-                vw.second[...] = column
-            vw.tags[...] = vw.own
+        if where is None:
+            at = ...
+            if vw.first.ndim != 1:
+                stored = stored.reshape(vw.first.shape)
         else:
-            at = where if vw.words.ndim == 2 else np.unravel_index(where, layout.view.shape)
-            vw.words[at] = stored[:, None]
-            vw.tags[at] = vw.own
+            at = where if vw.first.ndim == 1 else np.unravel_index(where, layout.view.shape)
+        vw.first[at] = stored
+        if vw.second is not None:
+            vw.second[at] = stored
+        vw.tags[at] = vw.own
         self._firsts.append(self.n)
         self._ops.append(op)
         self.n += m
@@ -582,24 +576,24 @@ class _Versions:
         reason for the first BAD element ("" when there is none; ``op``: the reading op,
         None for the loss); and whether every element read a version (no CONST or BAD).
 
-        An element reads one version exactly when each of its words was last written by
+        An element reads one version exactly when each of its bytes was last written by
         a node of its own extent, or none of them was ever written (CONST). Equal tags
-        suffice: a node of the element's extent covers all its words, so the last such
-        node is the last writer of every word that still carries its tag."""
+        suffice: a node of the element's extent covers all its bytes, so the last such
+        node is the last writer of every byte that still carries its tag."""
         vw = self._strided.get(layout.view.name) or self._words_of(layout)
         # the writers of the elements' first words as intp, flat (one subtraction: NumPy
         # indexes with an intp array several times faster than with an int32 one)
         first = vw.first - _ONE
         if first.ndim != 1:
             first = first.reshape(-1)
-        if vw.tags.tobytes() == vw.raw:  # the common case: each word its element's tag
+        if vw.tags.tobytes() == vw.raw:  # the common case: each byte its element's tag
             return first, "", True
         tags = vw.tags if vw.tags.ndim == 1 else vw.tags.reshape(-1)
         ok = (tags == vw.own) | (tags == 0)
         if ok.all():  # the others were never written at all (CONST)
             return first, "", False
         vids = np.where(ok, first, BAD)
-        # the dtypes other than the view's that last wrote its words, from their tags (an
+        # the dtypes other than the view's that last wrote its bytes, from their tags (an
         # admitted element's are its own or 0, never written): Execution.foreign_reads
         dtype = layout.view.dtype
         for t in set(tags.tobytes()):
@@ -608,23 +602,26 @@ class _Versions:
         if not explain:
             return vids, "", False
         j = int(np.flatnonzero(~ok)[0])
-        row = vw.words.reshape(layout.size, -1)[j].astype(np.int64) - 1
+        row = [int(first[j])]  # the last writer of each of element j's words
+        if vw.second is not None:
+            row.append(int(vw.second.reshape(-1)[j]) - 1)
         what = "the loss" if op is None else f"op {op}"
-        return vids, self._refusal(row, tags[j:j + 1].tobytes(), layout, j, what), False
+        # (a word's tag: the tag of its first byte)
+        return vids, self._refusal(row, tags[j:j + 1].tobytes()[::4], layout, j, what), False
 
     def _op_of(self, v: int) -> int:
         return self._ops[bisect.bisect_right(self._firsts, v) - 1]
 
-    def _refusal(self, row: np.ndarray, tags: bytes, layout: ViewLayout, j: int,
+    def _refusal(self, row: list[int], tags: bytes, layout: ViewLayout, j: int,
                  what: str) -> str:
         """Why element ``j`` (its words' last writers ``row``, CONST if never written, and
         their tags) does not read one float version."""
         where = f"float read at {what} (view {layout.view.name!r} element {j})"
         dtypes = [DTYPE_NAME[(t - 1) % 4] for t in tags]  # each word's writer's
-        for v, dtype in zip(row.tolist(), dtypes):
+        for v, dtype in zip(row, dtypes):
             if v >= 0 and dtype not in ("float64", "float32"):
                 return f"{where} of bytes last written by integer op {self._op_of(v)}"
-        writers = sorted({int(v) for v in row})
+        writers = sorted(set(row))
         if len(writers) > 1:
             ops = sorted({("input" if v >= 0 and self._op_of(v) == INPUT_OP else
                            "constant" if v < 0 else f"op {self._op_of(v)}") for v in writers})

@@ -8,7 +8,9 @@ segments in reverse order. Each segment is recovered inside a replay transaction
 starts from and ends in the visible state (B_T, R_T), and its ops are differentiated
 with the reverse rules of the interpreter fed with the *recovered* operand values.
 On NumPy a run follows the program's first swept backward for as long as it recovers the
-same values, byte for byte (``_Swept``): backward is a function of those values.
+same values, byte for byte (``_Swept``): backward is a function of those values; and a
+replay that starts from the bytes, R and draws an earlier replay of the program started
+from is that replay (``Strategy.replay``).
 
 The adjoint lives in storage, not in a version graph: one float64 slot per byte of
 each buffer, the adjoint of the float element that starts at that byte. Going back
@@ -364,10 +366,27 @@ class Strategy:
 
     def replay(self, tape: Tape, s: int, state: State,
                draws: Mapping[int, np.ndarray] | None = None) -> list[OpValues]:
-        """Re-execute segment ``s`` from the current state, capturing each op's operands."""
+        """Re-execute segment ``s`` from the current state, capturing each op's operands.
+
+        With the interpreter's ``execute_op`` (no ``execute`` of the strategy's own), a
+        NumPy replay is a function of the state's bytes, R, the draws given and the
+        forward rules: one that starts from where an earlier replay of the program
+        started is that replay, kept by the program (``_replay_key``)."""
         a, b = tape.bounds[s]
         program, forward = tape.program, self.forward
         execute = _hook(self, "execute")  # None: :meth:`execute` itself, called inline
+        done = key = None
+        if execute is None and state.xp is np and tape.nbytes <= KEPT_RUN_BYTES:
+            done = program.carried(_REPLAYS, _no_replays)
+            key = _replay_key(program, s, state, draws, a, b, forward)
+            hit = done.get(key)
+            if hit is not None:
+                out, end, rng, held = hit
+                load_buffers(state, end)
+                state.rng = rng
+                tape.borrow(held)
+                tape.replayed_ops += b - a
+                return list(out)
         out = []
         held = 0  # bytes of the operands and draws captured: all held until differentiated
         for k in range(a, b):
@@ -380,6 +399,8 @@ class Strategy:
             out.append(rec)
         tape.borrow(held)
         tape.replayed_ops += b - a
+        if key is not None:
+            done[key] = (_frozen_records(out), _frozen_buffers(state), state.rng, held)
         return out
 
     def reinstate(self, state: State, saved: dict[str, np.ndarray] | None, rng) -> None:
@@ -503,13 +524,62 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
                 scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 
 
+# The replays and the first backward of a program are kept by the program (its
+# ``derived``) for the engine runs after the first, for programs of at most this many
+# bytes: the keys hold the state's bytes, the swept adjoints 8 bytes per byte a segment.
+KEPT_RUN_BYTES = 1 << 16
+_REPLAYS = "replays"  # ``Program.derived``: the replays ``Strategy.replay`` made, by key
+
+
+def _no_replays(program: Program) -> dict:
+    return {}
+
+
+def _replay_key(program: Program, s: int, state: State,
+                draws: Mapping[int, np.ndarray] | None, a: int, b: int,
+                forward: Mapping[OpKind, ForwardRule]) -> tuple | None:
+    """What a replay of segment ``s`` (ops a..b) with ``execute_op`` computes from: the
+    state's bytes and R, the values given to its draw ops (dtype, shape, bytes) and its
+    ops' forward rules; None where a given value is not a NumPy array."""
+    given = []
+    if draws is not None:
+        for k in range(a, b):
+            d = draws.get(k)
+            if d is not None:
+                if type(d) is not np.ndarray:
+                    return None
+                given.append((k, d.dtype, d.shape, d.tobytes()))
+    rules = tuple([forward[op.kind] for op in program.ops[a:b]])
+    return (s, tuple([(name, buf.tobytes()) for name, buf in state.buffers.items()]),
+            tuple(state.rng), tuple(given), rules)
+
+
+def _frozen_records(ops: list[OpValues]) -> tuple[OpValues, ...]:
+    """``ops`` with every array read-only: the replays of later runs hand out the same
+    records, which nothing writes (backward reads them)."""
+    for rec in ops:
+        for a in (*rec.operands.values(), rec.draws, rec.where, rec.values):
+            if type(a) is np.ndarray:
+                a.setflags(write=False)
+    return tuple(ops)
+
+
+def _frozen_buffers(state: State) -> dict[str, np.ndarray]:
+    out = {}
+    for name, buf in state.buffers.items():
+        buf = buf.copy()
+        buf.setflags(write=False)
+        out[name] = buf
+    return out
+
+
 _SWEPT = "swept_backward"  # the key of ``_Swept`` in ``Program.derived``
 
 
-def _swept(program: Program, xp: ModuleType) -> _Swept | None:
+def _swept(program: Program, plan: RunPlan, xp: ModuleType) -> _Swept | None:
     """The program's first swept backward, when this NumPy run can follow it (the reverse
     rules still the ones it was swept with)."""
-    if xp is not np:
+    if xp is not np or plan.nbytes > KEPT_RUN_BYTES:
         return None
     swept = program.derived.get(_SWEPT)
     if swept is None or swept.rules != _rules(program):
@@ -648,13 +718,14 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     # long as this run recovers the same values: the adjoints are then that sweep's,
     # read-only, copied only where this run parts from it and sweeps its own. The first
     # run (none to follow) keeps its sweep for the runs after it.
-    follow = _swept(program, xp) if admission.supported else None
+    follow = _swept(program, plan, xp) if admission.supported else None
     if follow is not None:
         adj = follow.start
     else:
         adj = _adjoints(program, plan, xp) if admission.supported else None
-    keep = _Swept(plan.adjoint, n_seg, _rules(program)) \
-        if adj is not None and xp is np and follow is None else None
+    keep = _Swept(plan.adjoint, n_seg, _rules(program)) if (
+        adj is not None and xp is np and follow is None
+        and plan.nbytes <= KEPT_RUN_BYTES) else None
     for s in reversed(range(n_seg)):
         rec = strategies[s].recover(tape, s, state)
         replays[s] = rec.replay

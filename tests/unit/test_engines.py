@@ -196,61 +196,83 @@ def _gradient_bytes(engine, p, ex):
     return None if g is None else g.tobytes()
 
 
-def test_a_run_that_follows_the_swept_backward_gets_the_gradient_it_would_sweep():
-    """An engine run may follow the backward a first run of the program swept (for the
-    segments whose recovered values it matches byte for byte): every engine's and mutant's
-    gradient, run second on the program after any first one, is byte for byte the one it
-    gets run alone. Mutants that recover other values (and get another gradient) part from
+def _everything(engine, p, ex):
+    """What an engine run reports: the gradient's bytes, the states and the accounting."""
+    r = engines.get(engine).run(p, admission=ex.admission)
+    return (None if r.gradient is None else r.gradient.tobytes(), r.forward, r.final,
+            r.replays, r.metrics, r.strategies)
+
+
+def test_a_run_after_others_reports_what_it_reports_alone():
+    """An engine run may take a replay from an earlier run of the program that started
+    from the same bytes, R and draws, and follow the backward the first run swept (for
+    the segments whose recovered values it matches byte for byte): every engine's and
+    mutant's result, run second on the program after any first one, is the one it gets
+    run alone (gradient bytes, states after forward, backward and every replay, and the
+    accounting). Mutants that recover other values (and get another gradient) part from
     the first run's sweep and sweep their own."""
     names = (*engines.ENGINES, "mutant:region-current-segment-only",
-             "mutant:readset-missing-second-operand", "mutant:whole-redraw-noise")
+             "mutant:readset-missing-second-operand", "mutant:whole-redraw-noise",
+             "mutant:whole-rng-not-reinstated")
     parted = 0
     for family, i in itertools.product(("derivative", "hazard", "default"), range(6)):
         p = generate(4, i, family=family)
         ex = execute(p)
-        alone = {name: _gradient_bytes(name, replace(p), ex) for name in names}
+        alone = {name: _everything(name, replace(p), ex) for name in names}
         for first, second in itertools.product(names, repeat=2):
             q = replace(p)
             engines.get(first).run(q, admission=ex.admission)
-            assert _gradient_bytes(second, q, ex) == alone[second], (family, i, first, second)
-            parted += alone[first] != alone[second]
+            assert _everything(second, q, ex) == alone[second], (family, i, first, second)
+            parted += alone[first][0] != alone[second][0]
     assert parted  # (some second runs recovered other values than the first)
 
 
-def test_a_run_under_other_reverse_rules_does_not_follow_the_swept_backward(monkeypatch):
-    from replayverify.programs.interpreter import REVERSE
+def test_a_run_under_other_rules_takes_no_replay_or_backward_of_an_earlier_run(monkeypatch):
+    from replayverify.programs.interpreter import FORWARD, REVERSE
     from replayverify.programs.model import OpKind
 
     p = HAND["shift_up"]()
     ex = execute(p)
-    right = REVERSE[OpKind.TANH]
-    engines.get("eager").run(p, admission=ex.admission)  # (sweeps and keeps its backward)
+    engines.get("whole").run(p, admission=ex.admission)  # (keeps its replays and backward)
+    tanh, axpby = REVERSE[OpKind.TANH], FORWARD[OpKind.AXPBY]
     with monkeypatch.context() as m:
-        m.setitem(REVERSE, OpKind.TANH, lambda rec, g: {f: -c for f, c in right(rec, g).items()})
-        want = _gradient_bytes("whole", replace(p), ex)
-        assert _gradient_bytes("whole", p, ex) == want
-    assert want != _gradient_bytes("whole", replace(p), ex)
+        m.setitem(REVERSE, OpKind.TANH, lambda rec, g: {f: -c for f, c in tanh(rec, g).items()})
+        other_reverse = _everything("whole", replace(p), ex)
+        assert _everything("whole", p, ex) == other_reverse
+    with monkeypatch.context() as m:
+        m.setitem(FORWARD, OpKind.AXPBY, lambda *a: ((lambda v, w: (v + 1.0, w))(*axpby(*a))))
+        other_forward = _everything("whole", replace(p), ex)
+        assert _everything("whole", p, ex) == other_forward
+    plain = _everything("whole", replace(p), ex)
+    assert other_reverse[0] != plain[0] and other_forward[3] != plain[3]
 
 
-def test_runs_of_one_program_start_from_b0_whatever_the_previous_run_left():
-    # the engines of a check reuse one state (B_0 written over it in place): a run that
-    # raised half-way, or a run inside another run of the same program, changes nothing
-    p = generate(0, 3, "mixed")
-    ex = execute(p)
+class _ShiftedDraws(Whole):
+    """Replays with recorded noise one off: the replay starts from the bytes and R that
+    whole's replay starts from, with other draws."""
 
-    class Raises(Eager):
-        def before(self, tape, s, k, state):
-            if k == 2:
-                raise RuntimeError("half-way")
-            super().before(tape, s, k, state)
+    def recorded_draws(self, tape, s):
+        return {k: d + 1.0 if d.dtype.kind == "f" else d
+                for k, d in super().recorded_draws(tape, s).items()}
 
-    class Nested(Whole):
-        def begin(self, tape, s, state):
-            assert_engine_exact(engines.get("region").run(p, admission=ex.admission), ex)
-            super().begin(tape, s, state)
 
-    for _ in range(2):
-        assert_engine_exact(engines.get("eager").run(p, admission=ex.admission), ex)
-        with pytest.raises(RuntimeError):
-            StrategyEngine("raises", Raises()).run(p, admission=ex.admission)
-        assert_engine_exact(StrategyEngine("nested", Nested()).run(p, admission=ex.admission), ex)
+def test_a_replay_given_other_draws_is_not_taken_from_an_earlier_run():
+    shifted = StrategyEngine("whole-shifted-draws", _ShiftedDraws())
+    p = HAND["draws"]()
+    alone = shifted.run(replace(p))
+    whole = engines.get("whole").run(p)
+    after = shifted.run(p)
+    assert after.replays == alone.replays != whole.replays
+    assert after.gradient.tobytes() == alone.gradient.tobytes()
+
+
+def test_larger_programs_keep_no_replays_or_backward(monkeypatch):
+    from replayverify.engines import base
+
+    p = HAND["shift_up"]()
+    engines.get("whole").run(p)
+    assert base._REPLAYS in p.derived and base._SWEPT in p.derived
+    monkeypatch.setattr(base, "KEPT_RUN_BYTES", p.nbytes - 1)
+    q = replace(p)
+    engines.get("whole").run(q)
+    assert base._REPLAYS not in q.derived and base._SWEPT not in q.derived

@@ -586,17 +586,21 @@ class _Versions:
         first = vw.first - _ONE
         if first.ndim != 1:
             first = first.reshape(-1)
-        if vw.tags.tobytes() == vw.raw:  # the common case: each byte its element's tag
+        raw = vw.tags.tobytes()
+        if raw == vw.raw:  # the common case: each byte its element's tag
             return first, "", True
         tags = vw.tags if vw.tags.ndim == 1 else vw.tags.reshape(-1)
-        ok = (tags == vw.own) | (tags == 0)
-        if ok.all():  # the others were never written at all (CONST)
+        own = tags == vw.own
+        # every element carries its own tags or none (0: never written, CONST) exactly
+        # when the elements with any tag are the ones with their own
+        if np.count_nonzero(tags) == np.count_nonzero(own):
             return first, "", False
+        ok = own | (tags == 0)
         vids = np.where(ok, first, BAD)
         # the dtypes other than the view's that last wrote its bytes, from their tags (an
-        # admitted element's are its own or 0, never written): Execution.foreign_reads
+        # admitted element's are its own or 0): Execution.foreign_reads
         dtype = layout.view.dtype
-        for t in set(tags.tobytes()):
+        for t in set(raw):
             if t and DTYPE_NAME[(t - 1) % 4] != dtype:
                 self.foreign.add((dtype, DTYPE_NAME[(t - 1) % 4]))
         if not explain:

@@ -8,9 +8,9 @@ segments in reverse order. Each segment is recovered inside a replay transaction
 starts from and ends in the visible state (B_T, R_T), and its ops are differentiated
 with the reverse rules of the interpreter fed with the *recovered* operand values.
 On NumPy a run follows the program's first swept backward for as long as it recovers the
-same values, byte for byte (``_Swept``): backward is a function of those values; and a
-replay that starts from the bytes, R and draws an earlier replay of the program started
-from is that replay (``Strategy.replay``).
+same values, byte for byte (``_Swept``): backward is a function of those values; and an
+op run from the bytes, R and draws another engine run of the program ran it from takes
+that run's record and end state (``_execute``): an op run is a function of those.
 
 The adjoint lives in storage, not in a version graph: one float64 slot per byte of
 each buffer, the adjoint of the float element that starts at that byte. Going back
@@ -367,40 +367,26 @@ class Strategy:
     def replay(self, tape: Tape, s: int, state: State,
                draws: Mapping[int, np.ndarray] | None = None) -> list[OpValues]:
         """Re-execute segment ``s`` from the current state, capturing each op's operands.
-
-        With the interpreter's ``execute_op`` (no ``execute`` of the strategy's own), a
-        NumPy replay is a function of the state's bytes, R, the draws given and the
-        forward rules: one that starts from where an earlier replay of the program
-        started is that replay, kept by the program (``_replay_key``)."""
+        (With the interpreter's ops, ``_execute``: an op from bytes and R another run of
+        the program ran it from is that run's.)"""
         a, b = tape.bounds[s]
         program, forward = tape.program, self.forward
         execute = _hook(self, "execute")  # None: :meth:`execute` itself, called inline
-        done = key = None
-        if execute is None and state.xp is np and tape.nbytes <= KEPT_RUN_BYTES:
-            done = program.carried(_REPLAYS, _no_replays)
-            key = _replay_key(program, s, state, draws, a, b, forward)
-            hit = done.get(key)
-            if hit is not None:
-                out, end, rng, held = hit
-                load_buffers(state, end)
-                state.rng = rng
-                tape.borrow(held)
-                tape.replayed_ops += b - a
-                return list(out)
+        done = _ops_done(tape, state) if execute is None else None
         out = []
         held = 0  # bytes of the operands and draws captured: all held until differentiated
         for k in range(a, b):
             d = None if draws is None else draws.get(k)
-            if execute is None:
+            if execute is not None:
+                rec = execute(program, k, state, d)
+            elif done is None:
                 rec = execute_op(program, k, state, draws=d, forward=forward)
             else:
-                rec = execute(program, k, state, d)
+                rec = _execute(program, k, state, d, forward, done)
             held += operand_bytes(rec)
             out.append(rec)
         tape.borrow(held)
         tape.replayed_ops += b - a
-        if key is not None:
-            done[key] = (_frozen_records(out), _frozen_buffers(state), state.rng, held)
         return out
 
     def reinstate(self, state: State, saved: dict[str, np.ndarray] | None, rng) -> None:
@@ -454,6 +440,7 @@ def _hook(strategy: Strategy, name: str) -> Any:
 
 def _forward(tape: Tape, state: State) -> None:
     program = tape.program
+    done = _ops_done(tape, state)
     # the hooks of the segment's strategy and of its journal's owner, looked up when they
     # change (an engine preserves every segment with one strategy: once a run)
     st = owner = None
@@ -472,7 +459,8 @@ def _forward(tape: Tape, state: State) -> None:
             for k in range(a, b):
                 if before is not None:
                     before(tape, s, k, state)
-                ev = execute_op(program, k, state)
+                ev = execute_op(program, k, state) if done is None else \
+                    _execute(program, k, state, None, FORWARD, done)
                 if after is not None:
                     after(tape, s, k, state, ev)
         else:
@@ -480,7 +468,8 @@ def _forward(tape: Tape, state: State) -> None:
                 if before is not None:
                     before(tape, s, k, state)
                 pending = journal_open(tape, k, state)
-                ev = execute_op(program, k, state)
+                ev = execute_op(program, k, state) if done is None else \
+                    _execute(program, k, state, None, FORWARD, done)
                 journal_close(tape, s, k, state, ev, pending)
                 if after is not None:
                     after(tape, s, k, state, ev)
@@ -524,53 +513,65 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
                 scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 
 
-# The replays and the first backward of a program are kept by the program (its
+# The ops run and the first backward of a program are kept by the program (its
 # ``derived``) for the engine runs after the first, for programs of at most this many
 # bytes: the keys hold the state's bytes, the swept adjoints 8 bytes per byte a segment.
 KEPT_RUN_BYTES = 1 << 16
-_REPLAYS = "replays"  # ``Program.derived``: the replays ``Strategy.replay`` made, by key
+_OPS_DONE = "engine_ops"  # ``Program.derived``: the ops ``_execute`` ran, by key
 
 
-def _no_replays(program: Program) -> dict:
+def _ops_done(tape: Tape, state: State) -> dict | None:
+    """The program's ops run so far by its engine runs (``_execute``), for a NumPy state of
+    a program of at most ``KEPT_RUN_BYTES``; else None."""
+    if state.xp is not np or tape.nbytes > KEPT_RUN_BYTES:
+        return None
+    return tape.program.carried(_OPS_DONE, _none_done)
+
+
+def _none_done(program: Program) -> dict:
     return {}
 
 
-def _replay_key(program: Program, s: int, state: State,
-                draws: Mapping[int, np.ndarray] | None, a: int, b: int,
-                forward: Mapping[OpKind, ForwardRule]) -> tuple | None:
-    """What a replay of segment ``s`` (ops a..b) with ``execute_op`` computes from: the
-    state's bytes and R, the values given to its draw ops (dtype, shape, bytes) and its
-    ops' forward rules; None where a given value is not a NumPy array."""
-    given = []
-    if draws is not None:
-        for k in range(a, b):
-            d = draws.get(k)
-            if d is not None:
-                if type(d) is not np.ndarray:
-                    return None
-                given.append((k, d.dtype, d.shape, d.tobytes()))
-    rules = tuple([forward[op.kind] for op in program.ops[a:b]])
-    return (s, tuple([(name, buf.tobytes()) for name, buf in state.buffers.items()]),
-            tuple(state.rng), tuple(given), rules)
-
-
-def _frozen_records(ops: list[OpValues]) -> tuple[OpValues, ...]:
-    """``ops`` with every array read-only: the replays of later runs hand out the same
-    records, which nothing writes (backward reads them)."""
-    for rec in ops:
+def _execute(program: Program, k: int, state: State, draws: np.ndarray | None,
+             forward: Mapping[OpKind, ForwardRule], done: dict) -> OpValues:
+    """``execute_op(program, k, state, draws=draws, forward=forward)``, or what it gave in
+    an earlier run of the program. An op run is a function of the state's bytes and R,
+    its forward rule and the draws it is given: where all are those of a run kept in
+    ``done`` (by op and bytes and R), the state takes that run's end (bytes and R) and
+    the caller its record (arrays read-only: whoever takes it only reads it). The five
+    engines of a check run the same forward pass and replay its segments from its
+    states: most of their ops are run once. A run from other bytes or R, under another
+    rule or given other draws (a wrong recovery, a mutant) runs the op itself.
+    """
+    rule = forward[program.ops[k].kind]
+    key = (k, tuple([buf.tobytes() for buf in state.buffers.values()]), state.rng)
+    hit = done.get(key)
+    if hit is not None:
+        rec, end, rng, hit_rule, drew = hit
+        # (without given draws the op draws from R: the same only where that run drew too)
+        if hit_rule is rule and (drew if draws is None else _same_draws(draws, rec.draws)):
+            load_buffers(state, end)
+            state.rng = rng
+            return rec
+    rec = execute_op(program, k, state, draws=draws, forward=forward)
+    if hit is None:
         for a in (*rec.operands.values(), rec.draws, rec.where, rec.values):
             if type(a) is np.ndarray:
                 a.setflags(write=False)
-    return tuple(ops)
+        end = {}
+        for name, buf in state.buffers.items():
+            buf = buf.copy()
+            buf.setflags(write=False)
+            end[name] = buf
+        done[key] = (rec, end, state.rng, rule, draws is None)
+    return rec
 
 
-def _frozen_buffers(state: State) -> dict[str, np.ndarray]:
-    out = {}
-    for name, buf in state.buffers.items():
-        buf = buf.copy()
-        buf.setflags(write=False)
-        out[name] = buf
-    return out
+def _same_draws(given: Any, drawn: Any) -> bool:
+    """Whether draws given to an op are those recorded (as the op takes them: flat)."""
+    return (type(given) is np.ndarray and type(drawn) is np.ndarray
+            and given.dtype == drawn.dtype and given.size == drawn.size
+            and given.tobytes() == drawn.tobytes())
 
 
 _SWEPT = "swept_backward"  # the key of ``_Swept`` in ``Program.derived``

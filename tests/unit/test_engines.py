@@ -213,7 +213,8 @@ def test_a_run_after_others_reports_what_it_reports_alone():
     the first run's sweep and sweep their own."""
     names = (*engines.ENGINES, "mutant:region-current-segment-only",
              "mutant:readset-missing-second-operand", "mutant:whole-redraw-noise",
-             "mutant:whole-rng-not-reinstated")
+             "mutant:whole-rng-not-reinstated", "mutant:region-live-rng",
+             "mutant:eager-mask-from-live-rng")
     parted = 0
     for family, i in itertools.product(("derivative", "hazard", "default"), range(6)):
         p = generate(4, i, family=family)
@@ -266,13 +267,40 @@ def test_a_replay_given_other_draws_is_not_taken_from_an_earlier_run():
     assert after.gradient.tobytes() == alone.gradient.tobytes()
 
 
+def test_an_op_run_is_taken_from_an_earlier_one_only_from_the_same_bytes_r_and_draws():
+    """``_execute`` gives what ``execute_op`` gives from the state (bytes and R) and draws
+    it is called with, whatever ran before it; op 0 of ``draws`` is a noise op."""
+    from replayverify.engines.base import _execute
+    from replayverify.programs.interpreter import FORWARD, execute_op
+    from replayverify.programs.state import initial_state
+
+    p = HAND["draws"]()
+    b0 = initial_state(p)
+    other_bytes = b0.copy()
+    other_bytes.buffers["s"][0] ^= 1
+    other_r = b0.copy()
+    other_r.rng = other_r.rng.advanced(1)
+    drawn = execute_op(p, 0, b0.copy()).draws
+    done: dict = {}
+    # given other draws first, then none (the op draws from R), then the recorded ones
+    for start, draws in [(b0, drawn + 1.0), (b0, None), (b0, drawn), (other_bytes, None),
+                         (other_r, None), (b0, drawn + 1.0)]:
+        want, got = start.copy(), start.copy()
+        rec = execute_op(p, 0, want, draws=draws)
+        taken = _execute(p, 0, got, draws, FORWARD, done)
+        assert got.snapshot() == want.snapshot()
+        assert taken.draws.tobytes() == rec.draws.tobytes()
+        assert taken.values.tobytes() == rec.values.tobytes()
+    assert len(done) == 3  # (one kept run for each start)
+
+
 def test_larger_programs_keep_no_replays_or_backward(monkeypatch):
     from replayverify.engines import base
 
     p = HAND["shift_up"]()
     engines.get("whole").run(p)
-    assert base._REPLAYS in p.derived and base._SWEPT in p.derived
+    assert base._OPS_DONE in p.derived and base._SWEPT in p.derived
     monkeypatch.setattr(base, "KEPT_RUN_BYTES", p.nbytes - 1)
     q = replace(p)
     engines.get("whole").run(q)
-    assert base._REPLAYS not in q.derived and base._SWEPT not in q.derived
+    assert base._OPS_DONE not in q.derived and base._SWEPT not in q.derived

@@ -477,6 +477,9 @@ class _ViewWords(NamedTuple):
     raw: bytes
 
 
+INT32_IDS_BELOW = 2**31 - 2  # node capacity below which ids (plus one) are stored as int32
+
+
 # 1 as a 0-d intp array: NumPy subtracts it from an array about twice as fast as the
 # Python int 1, which it converts on every use (~0.27 vs ~0.5 us)
 _ONE = np.ones((), np.intp)
@@ -513,7 +516,7 @@ class _Versions:
     def __init__(self, program: Program, capacity: int) -> None:
         # ``capacity`` is the most nodes the program can create (its inputs' elements plus
         # every op's destination elements): nothing is copied while the nodes fill up
-        self.id_dtype = np.int32 if capacity < 2**31 - 2 else np.int64
+        self.id_dtype = np.int32 if capacity < INT32_IDS_BELOW else np.int64
         self.n = 0
         self._firsts: list[int] = []  # the first id of each op's run of nodes
         self._ops: list[int] = []  # that op (INPUT_OP for an input)

@@ -106,3 +106,14 @@ def test_versions_agree_with_a_per_byte_reference(family):
 @given(programs(max_ops=8))
 def test_versions_agree_with_a_per_byte_reference_on_any_program(program):
     assert_versions_match(program)
+
+
+@pytest.mark.parametrize("family", ["alias", "mixed", "bytes"])
+def test_int64_ids_agree_with_a_per_byte_reference(family, monkeypatch):
+    """Ids stored as int64 (a program that could create 2^31 nodes: offsets and strides
+    in the id array scale by 2), forced on small programs."""
+    from replayverify.programs import interpreter
+
+    monkeypatch.setattr(interpreter, "INT32_IDS_BELOW", 0)
+    for index in range(12):
+        assert_versions_match(generate(5, index, family))

@@ -537,20 +537,21 @@ def _execute(program: Program, k: int, state: State, draws: np.ndarray | None,
     """``execute_op(program, k, state, draws=draws, forward=forward)``, or what it gave in
     an earlier run of the program. An op run is a function of the state's bytes and R,
     its forward rule and the draws it is given: where all are those of a run kept in
-    ``done`` (by op and bytes and R), the state takes that run's end (bytes and R) and
-    the caller its record (arrays read-only: whoever takes it only reads it). The five
-    engines of a check run the same forward pass and replay its segments from its
-    states: most of their ops are run once. A run from other bytes or R, under another
-    rule or given other draws (a wrong recovery, a mutant) runs the op itself.
+    ``done`` (by op and bytes and R), the op writes the values that run wrote, R becomes
+    what it became, and the caller takes that run's record (arrays read-only: whoever
+    takes it only reads it). The five engines of a check run the same forward pass and
+    replay its segments from its states: most of their ops are computed once. A run from
+    other bytes or R, under another rule or given other draws (a wrong recovery, a
+    mutant) runs the op itself.
     """
     rule = forward[program.ops[k].kind]
     key = (k, tuple([buf.tobytes() for buf in state.buffers.values()]), state.rng)
     hit = done.get(key)
     if hit is not None:
-        rec, end, rng, hit_rule, drew = hit
+        rec, rng, hit_rule, drew = hit
         # (without given draws the op draws from R: the same only where that run drew too)
         if hit_rule is rule and (drew if draws is None else _same_draws(draws, rec.draws)):
-            load_buffers(state, end)
+            state.write(op_steps(program)[k].dst, rec.values, rec.where)
             state.rng = rng
             return rec
     rec = execute_op(program, k, state, draws=draws, forward=forward)
@@ -558,12 +559,7 @@ def _execute(program: Program, k: int, state: State, draws: np.ndarray | None,
         for a in (*rec.operands.values(), rec.draws, rec.where, rec.values):
             if type(a) is np.ndarray:
                 a.setflags(write=False)
-        end = {}
-        for name, buf in state.buffers.items():
-            buf = buf.copy()
-            buf.setflags(write=False)
-            end[name] = buf
-        done[key] = (rec, end, state.rng, rule, draws is None)
+        done[key] = (rec, state.rng, rule, draws is None)
     return rec
 
 

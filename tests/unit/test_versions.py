@@ -1,7 +1,7 @@
 """The versioned interpreter's bookkeeping against a per-byte statement of SPEC §3.
 
 ``execute`` stores one last writer per aligned 4-byte word and decides a float read by
-comparing each word's extent tag with the one its element expects (``_Versions``). The
+comparing each byte's extent tag with the one its element expects (``_Versions``). The
 reference here keeps the last writer of every byte and decides each element on its own,
 as SPEC §3 words it: an element reads one version when all its bytes were last written
 by one node of its own extent (first byte and dtype), or were never written (CONST).

@@ -493,10 +493,10 @@ class _Versions:
 
     The last writer of every byte is stored once per aligned 4-byte word, which is exact:
     offsets and strides are multiples of the itemsize (4 or 8), so every element covers
-    whole aligned words and the bytes of a word always share their last writer (``ids``:
-    its id plus one). Every byte also carries its last writer's *extent tag* there
-    (``tags``): ``dtype code + 1 + 4 j`` for the writing element's j-th byte, 0 for "never
-    written". Given the byte, its tag names the writer's extent (first byte: this one's
+    whole aligned words and the bytes of a word always share their last writer
+    (``writers``: its id plus one). Every byte also carries its last writer's *extent tag*
+    there (``tags``): ``dtype code + 1 + 4 j`` for the writing element's j-th byte, 0 for
+    "never written". Given the byte, its tag names the writer's extent (first byte: this one's
     minus j; dtype), so a byte carries the tag a reading element expects there exactly
     when its last writer had the element's own extent. The tags an element expects are
     the same for every element of a dtype (``ELEMENT_TAGS``), and a view's tags are a
@@ -520,7 +520,8 @@ class _Versions:
         self.n = 0
         self._firsts: list[int] = []  # the first id of each op's run of nodes
         self._ops: list[int] = []  # that op (INPUT_OP for an input)
-        self.ids = {b.name: np.zeros(-(-b.nbytes // 4), self.id_dtype) for b in program.buffers}
+        self.writers = {b.name: np.zeros(-(-b.nbytes // 4), self.id_dtype)
+                        for b in program.buffers}
         self.tags = {b.name: np.zeros(b.nbytes, np.int8) for b in program.buffers}
         self._strided: dict[str, _ViewWords] = {}
         self.foreign: set[tuple[str, str]] = set()  # see Execution.foreign_reads
@@ -536,7 +537,7 @@ class _Versions:
         v = layout.view
         vw = self._strided.get(v.name)
         if vw is None:
-            ids, et = self.ids[v.buffer], ELEMENT_TAGS[v.dtype]
+            ids, et = self.writers[v.buffer], ELEMENT_TAGS[v.dtype]
             offset, strides = v.offset, v.strides
             if ids.itemsize == 8:
                 offset, strides = 2 * offset, tuple([2 * s for s in strides])

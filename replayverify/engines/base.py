@@ -370,7 +370,7 @@ class Strategy:
         (With the interpreter's ops, ``_execute``: an op from bytes and R another run of
         the program ran it from is that run's.)"""
         a, b = tape.bounds[s]
-        program, forward = tape.program, self.forward
+        program, forward, plans = tape.program, self.forward, tape.plans
         execute = _hook(self, "execute")  # None: :meth:`execute` itself, called inline
         done = _ops_done(tape, state) if execute is None else None
         out = []
@@ -382,7 +382,7 @@ class Strategy:
             elif done is None:
                 rec = execute_op(program, k, state, draws=d, forward=forward)
             else:
-                rec = _execute(program, k, state, d, forward, done)
+                rec = _execute(program, k, plans[k], state, d, forward, done)
             held += operand_bytes(rec)
             out.append(rec)
         tape.borrow(held)
@@ -439,7 +439,7 @@ def _hook(strategy: Strategy, name: str) -> Any:
 
 
 def _forward(tape: Tape, state: State) -> None:
-    program = tape.program
+    program, plans = tape.program, tape.plans
     done = _ops_done(tape, state)
     # the hooks of the segment's strategy and of its journal's owner, looked up when they
     # change (an engine preserves every segment with one strategy: once a run)
@@ -460,7 +460,7 @@ def _forward(tape: Tape, state: State) -> None:
                 if before is not None:
                     before(tape, s, k, state)
                 ev = execute_op(program, k, state) if done is None else \
-                    _execute(program, k, state, None, FORWARD, done)
+                    _execute(program, k, plans[k], state, None, FORWARD, done)
                 if after is not None:
                     after(tape, s, k, state, ev)
         else:
@@ -469,7 +469,7 @@ def _forward(tape: Tape, state: State) -> None:
                     before(tape, s, k, state)
                 pending = journal_open(tape, k, state)
                 ev = execute_op(program, k, state) if done is None else \
-                    _execute(program, k, state, None, FORWARD, done)
+                    _execute(program, k, plans[k], state, None, FORWARD, done)
                 journal_close(tape, s, k, state, ev, pending)
                 if after is not None:
                     after(tape, s, k, state, ev)
@@ -532,7 +532,7 @@ def _none_done(program: Program) -> dict:
     return {}
 
 
-def _execute(program: Program, k: int, state: State, draws: np.ndarray | None,
+def _execute(program: Program, k: int, plan: OpPlan, state: State, draws: np.ndarray | None,
              forward: Mapping[OpKind, ForwardRule], done: dict) -> OpValues:
     """``execute_op(program, k, state, draws=draws, forward=forward)``, or what it gave in
     an earlier run of the program. An op run is a function of the state's bytes and R,
@@ -544,14 +544,18 @@ def _execute(program: Program, k: int, state: State, draws: np.ndarray | None,
     other bytes or R, under another rule or given other draws (a wrong recovery, a
     mutant) runs the op itself.
     """
-    rule = forward[program.ops[k].kind]
+    rule = forward[plan.op.kind]
     key = (k, tuple([buf.tobytes() for buf in state.buffers.values()]), state.rng)
     hit = done.get(key)
     if hit is not None:
         rec, rng, hit_rule, drew = hit
         # (without given draws the op draws from R: the same only where that run drew too)
         if hit_rule is rule and (drew if draws is None else _same_draws(draws, rec.draws)):
-            state.write(op_steps(program)[k].dst, rec.values, rec.where)
+            dst = state.typed(plan.dst)
+            if rec.where is None and dst.ndim == 1:  # the whole 1-D view: no checks needed
+                dst[...] = rec.values
+            else:
+                state.write(plan.dst, rec.values, rec.where)
             state.rng = rng
             return rec
     rec = execute_op(program, k, state, draws=draws, forward=forward)

@@ -270,7 +270,7 @@ def test_a_replay_given_other_draws_is_not_taken_from_an_earlier_run():
 def test_an_op_run_is_taken_from_an_earlier_one_only_from_the_same_bytes_r_and_draws():
     """``_execute`` gives what ``execute_op`` gives from the state (bytes and R) and draws
     it is called with, whatever ran before it; op 0 of ``draws`` is a noise op."""
-    from replayverify.engines.base import _execute
+    from replayverify.engines.base import _execute, run_plan
     from replayverify.programs.interpreter import FORWARD, execute_op
     from replayverify.programs.state import initial_state
 
@@ -287,7 +287,7 @@ def test_an_op_run_is_taken_from_an_earlier_one_only_from_the_same_bytes_r_and_d
                          (other_r, None), (b0, drawn + 1.0)]:
         want, got = start.copy(), start.copy()
         rec = execute_op(p, 0, want, draws=draws)
-        taken = _execute(p, 0, got, draws, FORWARD, done)
+        taken = _execute(p, 0, run_plan(p).ops[0], got, draws, FORWARD, done)
         assert got.snapshot() == want.snapshot()
         assert taken.draws.tobytes() == rec.draws.tobytes()
         assert taken.values.tobytes() == rec.values.tobytes()

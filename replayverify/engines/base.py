@@ -7,10 +7,9 @@ forward pass (data) and how to recover the historical operand values for backwar
 segments in reverse order. Each segment is recovered inside a replay transaction that
 starts from and ends in the visible state (B_T, R_T), and its ops are differentiated
 with the reverse rules of the interpreter fed with the *recovered* operand values.
-On NumPy a run follows the program's first swept backward for as long as it recovers the
-same values, byte for byte (``_Swept``): backward is a function of those values; and an
-op run from the bytes, R and draws another engine run of the program ran it from takes
-that run's record and end state (``_execute``): an op run is a function of those.
+The engine runs of one program share what is the same for them, byte for byte
+(``engines.shared``): an op run from the bytes, R and draws an earlier run ran it from,
+the first run's backward for the segments whose recovered values equal its, one state.
 
 The adjoint lives in storage, not in a version graph: one float64 slot per byte of
 each buffer, the adjoint of the float element that starts at that byte. Going back
@@ -45,6 +44,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from replayverify.engines.shared import Swept, ops_done, run_op, set_aside, start_state, swept
 from replayverify.programs.arrays import scatter_add, to_host
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import (
@@ -65,7 +65,6 @@ from replayverify.programs.state import (
     State,
     ViewLayout,
     derive_byte_indices,
-    initial_state,
     layouts,
 )
 
@@ -367,12 +366,12 @@ class Strategy:
     def replay(self, tape: Tape, s: int, state: State,
                draws: Mapping[int, np.ndarray] | None = None) -> list[OpValues]:
         """Re-execute segment ``s`` from the current state, capturing each op's operands.
-        (With the interpreter's ops, ``_execute``: an op from bytes and R another run of
+        (With the interpreter's ops, ``shared.run_op``: an op from bytes and R another run of
         the program ran it from is that run's.)"""
         a, b = tape.bounds[s]
         program, forward, plans = tape.program, self.forward, tape.plans
         execute = _hook(self, "execute")  # None: :meth:`execute` itself, called inline
-        done = _ops_done(tape, state) if execute is None else None
+        done = ops_done(tape, state) if execute is None else None
         out = []
         held = 0  # bytes of the operands and draws captured: all held until differentiated
         for k in range(a, b):
@@ -382,7 +381,7 @@ class Strategy:
             elif done is None:
                 rec = execute_op(program, k, state, draws=d, forward=forward)
             else:
-                rec = _execute(program, k, plans[k], state, d, forward, done)
+                rec = run_op(program, k, plans[k], state, d, forward, done)
             held += operand_bytes(rec)
             out.append(rec)
         tape.borrow(held)
@@ -440,7 +439,7 @@ def _hook(strategy: Strategy, name: str) -> Any:
 
 def _forward(tape: Tape, state: State) -> None:
     program, plans = tape.program, tape.plans
-    done = _ops_done(tape, state)
+    done = ops_done(tape, state)
     # the hooks of the segment's strategy and of its journal's owner, looked up when they
     # change (an engine preserves every segment with one strategy: once a run)
     st = owner = None
@@ -460,7 +459,7 @@ def _forward(tape: Tape, state: State) -> None:
                 if before is not None:
                     before(tape, s, k, state)
                 ev = execute_op(program, k, state) if done is None else \
-                    _execute(program, k, plans[k], state, None, FORWARD, done)
+                    run_op(program, k, plans[k], state, None, FORWARD, done)
                 if after is not None:
                     after(tape, s, k, state, ev)
         else:
@@ -469,7 +468,7 @@ def _forward(tape: Tape, state: State) -> None:
                     before(tape, s, k, state)
                 pending = journal_open(tape, k, state)
                 ev = execute_op(program, k, state) if done is None else \
-                    _execute(program, k, plans[k], state, None, FORWARD, done)
+                    run_op(program, k, plans[k], state, None, FORWARD, done)
                 journal_close(tape, s, k, state, ev, pending)
                 if after is not None:
                     after(tape, s, k, state, ev)
@@ -513,144 +512,6 @@ def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpV
                 scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
 
 
-# The ops run and the first backward of a program are kept by the program (its
-# ``derived``) for the engine runs after the first, for programs of at most this many
-# bytes: the keys hold the state's bytes, the swept adjoints 8 bytes per byte a segment.
-KEPT_RUN_BYTES = 1 << 16
-_OPS_DONE = "engine_ops"  # ``Program.derived``: the ops ``_execute`` ran, by key
-
-
-def _ops_done(tape: Tape, state: State) -> dict | None:
-    """The program's ops run so far by its engine runs (``_execute``), for a NumPy state of
-    a program of at most ``KEPT_RUN_BYTES``; else None."""
-    if state.xp is not np or tape.nbytes > KEPT_RUN_BYTES:
-        return None
-    return tape.program.carried(_OPS_DONE, _none_done)
-
-
-def _none_done(program: Program) -> dict:
-    return {}
-
-
-def _execute(program: Program, k: int, plan: OpPlan, state: State, draws: np.ndarray | None,
-             forward: Mapping[OpKind, ForwardRule], done: dict) -> OpValues:
-    """``execute_op(program, k, state, draws=draws, forward=forward)``, or what it gave in
-    an earlier run of the program. An op run is a function of the state's bytes and R,
-    its forward rule and the draws it is given: where all are those of a run kept in
-    ``done`` (by op and bytes and R), the op writes the values that run wrote, R becomes
-    what it became, and the caller takes that run's record (arrays read-only: whoever
-    takes it only reads it). The five engines of a check run the same forward pass and
-    replay its segments from its states: most of their ops are computed once. A run from
-    other bytes or R, under another rule or given other draws (a wrong recovery, a
-    mutant) runs the op itself.
-    """
-    rule = forward[plan.op.kind]
-    key = (k, tuple([buf.tobytes() for buf in state.buffers.values()]), state.rng)
-    hit = done.get(key)
-    if hit is not None:
-        rec, rng, hit_rule, drew = hit
-        # (without given draws the op draws from R: the same only where that run drew too)
-        if hit_rule is rule and (drew if draws is None else _same_draws(draws, rec.draws)):
-            dst = state.typed(plan.dst)
-            if rec.where is None and dst.ndim == 1:  # the whole 1-D view: no checks needed
-                dst[...] = rec.values
-            else:
-                state.write(plan.dst, rec.values, rec.where)
-            state.rng = rng
-            return rec
-    rec = execute_op(program, k, state, draws=draws, forward=forward)
-    if hit is None:
-        for a in (*rec.operands.values(), rec.draws, rec.where, rec.values):
-            if type(a) is np.ndarray:
-                a.setflags(write=False)
-        done[key] = (rec, state.rng, rule, draws is None)
-    return rec
-
-
-def _same_draws(given: Any, drawn: Any) -> bool:
-    """Whether draws given to an op are those recorded (as the op takes them: flat)."""
-    return (type(given) is np.ndarray and type(drawn) is np.ndarray
-            and given.dtype == drawn.dtype and given.size == drawn.size
-            and given.tobytes() == drawn.tobytes())
-
-
-_SWEPT = "swept_backward"  # the key of ``_Swept`` in ``Program.derived``
-
-
-def _swept(program: Program, plan: RunPlan, xp: ModuleType) -> _Swept | None:
-    """The program's first swept backward, when this NumPy run can follow it (the reverse
-    rules still the ones it was swept with)."""
-    if xp is not np or plan.nbytes > KEPT_RUN_BYTES:
-        return None
-    swept = program.derived.get(_SWEPT)
-    if swept is None or swept.rules != _rules(program):
-        return None
-    return swept
-
-
-def _rules(program: Program) -> tuple:
-    return tuple([REVERSE[op.kind] for op in program.ops])
-
-
-class _Swept:
-    """A NumPy backward of the program as the first engine run swept it: per segment, what
-    backward read of the recovered records it differentiated (``_values_key``) and the
-    adjoints after them (read-only copies).
-
-    Backward is a function of the recovered values alone (with the program and the reverse
-    rules): ``_back_segment`` derives what an op wrote from its recovered operands and
-    takes the op, its dtype and size from the plan. So a later run whose recovered records
-    of segments S-1..s hold the same values, byte for byte, ends segment s with the same
-    adjoints, and the engines of one check mostly recover the same values (they are meant
-    to). A run that recovers anything else (a mutant, a wrong replay) parts from it there
-    and sweeps its own: what it recovered is differentiated and judged as before.
-    """
-
-    __slots__ = ("after", "keys", "rules", "start")
-
-    def __init__(self, start: dict[str, np.ndarray], n_seg: int, rules: tuple) -> None:
-        self.start = start  # the plan's read-only starting adjoints
-        self.keys: list[list[tuple] | None] = [None] * n_seg
-        self.after: list[dict[str, np.ndarray] | None] = [None] * n_seg
-        self.rules = rules
-
-    def keep(self, s: int, ops: Sequence[OpValues], adj: dict[str, np.ndarray]) -> None:
-        keys = [_values_key(rec) for rec in ops]
-        if None in keys:
-            return  # (values that are not NumPy arrays: no later run follows this segment)
-        after = {}
-        for b, a in adj.items():
-            a = a.copy()
-            a.setflags(write=False)
-            after[b] = a
-        self.keys[s], self.after[s] = keys, after
-
-    def same(self, s: int, ops: Sequence[OpValues]) -> bool:
-        """Whether ``ops`` hold the values segment ``s`` was swept with, byte for byte."""
-        keys = self.keys[s]
-        if keys is None or len(keys) != len(ops):
-            return False
-        for key, rec in zip(keys, ops):
-            if key != _values_key(rec):
-                return False
-        return True
-
-
-def _values_key(rec: OpValues) -> tuple | None:
-    """What backward reads of a recovered record: its op (index, op, dtype, size) and the
-    dtype, shape and bytes of its draws and of each operand (by field); None where one
-    of them is not a NumPy array."""
-    key = [rec.index, rec.op, rec.dtype, rec.dst_size, tuple(rec.operands)]
-    for a in (rec.draws, *rec.operands.values()):
-        if a is None:
-            key.append(None)
-        elif type(a) is np.ndarray:
-            key.append((a.dtype, a.shape, a.tobytes()))
-        else:
-            return None
-    return tuple(key)
-
-
 def _adjoints(program: Program, plan: RunPlan, xp: ModuleType) -> dict[str, Any]:
     """Backward's starting adjoints, one float64 slot per byte of each buffer."""
     if xp is np:
@@ -660,33 +521,6 @@ def _adjoints(program: Program, plan: RunPlan, xp: ModuleType) -> dict[str, Any]
     if loss.view.is_float:
         scatter_add(xp, adj[loss.view.buffer], loss.starts_in(xp), xp.asarray(plan.loss_weights))
     return adj
-
-
-def _start_state(program: Program, xp: ModuleType) -> State:
-    """B_0, R_0 for a run: the state the program's previous run set aside
-    (:func:`_set_aside`) with B_0 written over its buffers in place and R_0, else a new one.
-    A check runs every engine on one program: reusing the buffers keeps the strided views
-    that reads and writes go through (``State.typed``, one per view, made on first use and
-    valid while its buffer is that object), so they are made once a program, not once a run.
-    NumPy states of programs whose B_0 is carried (``initial_state``) only."""
-    initial = program.derived.get("initial")
-    if xp is np and initial is not None:
-        # taken out while a run uses it: a run within a run of this program gets its own
-        state = program.derived.pop("engine_state", None)
-        if state is not None:
-            # (B_0's bytes copied in through each buffer's memoryview: half the cost of an
-            # ndarray assignment from np.frombuffer)
-            for name, buf in state.buffers.items():
-                buf.data[:] = initial.buffers[name]
-            state.rng = initial.rng
-            return state
-    return initial_state(program, xp)
-
-
-def _set_aside(program: Program, state: State) -> None:
-    """Keep a finished run's state for the program's next run (:func:`_start_state`)."""
-    if state.xp is np and "initial" in program.derived:
-        program.derived["engine_state"] = state
 
 
 @quiet
@@ -706,7 +540,7 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     if admission is None:
         admission = execute(program, record_boundaries=False).admission
     tape = Tape(program, strategies, xp=xp)
-    state = _start_state(program, xp)
+    state = start_state(program, xp)
     _forward(tape, state)
     forward = state.snapshot()
     retained = sum(tape.retained)
@@ -715,18 +549,16 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     plan = run_plan(program)
     n_seg = len(tape.bounds)
     replays: list[Snapshot | None] = [None] * n_seg
-    # On NumPy, backward follows the program's first swept backward (``_Swept``) for as
+    # On NumPy, backward follows the program's first swept backward (``shared.Swept``) for as
     # long as this run recovers the same values: the adjoints are then that sweep's,
     # read-only, copied only where this run parts from it and sweeps its own. The first
     # run (none to follow) keeps its sweep for the runs after it.
-    follow = _swept(program, plan, xp) if admission.supported else None
+    follow = swept(program, plan, xp) if admission.supported else None
     if follow is not None:
         adj = follow.start
     else:
         adj = _adjoints(program, plan, xp) if admission.supported else None
-    keep = _Swept(plan.adjoint, n_seg, _rules(program)) if (
-        adj is not None and xp is np and follow is None
-        and plan.nbytes <= KEPT_RUN_BYTES) else None
+    keep = Swept.first(program, plan, xp) if adj is not None and follow is None else None
     for s in reversed(range(n_seg)):
         rec = strategies[s].recover(tape, s, state)
         replays[s] = rec.replay
@@ -741,7 +573,7 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
                     keep.keep(s, rec.ops, adj)
         tape.temp_now = 0  # the segment's workspace is released once it is differentiated
     if keep is not None:
-        program.derived[_SWEPT] = keep
+        keep.kept_by(program)
 
     gradient = None
     if adj is not None:
@@ -762,5 +594,5 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
         replayed_ops=tape.replayed_ops, segment_retained_bytes=seg_retained,
         strategies=tuple(tape.chosen),
     )
-    _set_aside(program, state)
+    set_aside(program, state)
     return result

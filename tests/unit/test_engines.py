@@ -265,9 +265,10 @@ def test_a_replay_given_other_draws_is_not_taken_from_an_earlier_run():
 
 
 def test_an_op_run_is_taken_from_an_earlier_one_only_from_the_same_bytes_r_and_draws():
-    """``_execute`` gives what ``execute_op`` gives from the state (bytes and R) and draws
+    """``run_op`` gives what ``execute_op`` gives from the state (bytes and R) and draws
     it is called with, whatever ran before it; op 0 of ``draws`` is a noise op."""
-    from replayverify.engines.base import _execute, run_plan
+    from replayverify.engines.base import run_plan
+    from replayverify.engines.shared import run_op
     from replayverify.programs.interpreter import FORWARD, execute_op
     from replayverify.programs.state import initial_state
 
@@ -284,7 +285,7 @@ def test_an_op_run_is_taken_from_an_earlier_one_only_from_the_same_bytes_r_and_d
                          (other_r, None), (b0, drawn + 1.0)]:
         want, got = start.copy(), start.copy()
         rec = execute_op(p, 0, want, draws=draws)
-        taken = _execute(p, 0, run_plan(p).ops[0], got, draws, FORWARD, done)
+        taken = run_op(p, 0, run_plan(p).ops[0], got, draws, FORWARD, done)
         assert got.snapshot() == want.snapshot()
         assert taken.draws.tobytes() == rec.draws.tobytes()
         assert taken.values.tobytes() == rec.values.tobytes()
@@ -292,12 +293,12 @@ def test_an_op_run_is_taken_from_an_earlier_one_only_from_the_same_bytes_r_and_d
 
 
 def test_larger_programs_keep_no_replays_or_backward(monkeypatch):
-    from replayverify.engines import base
+    from replayverify.engines import shared
 
     p = HAND["shift_up"]()
     engines.get("whole").run(p)
-    assert base._OPS_DONE in p.derived and base._SWEPT in p.derived
-    monkeypatch.setattr(base, "KEPT_RUN_BYTES", p.nbytes - 1)
+    assert shared.OPS_DONE in p.derived and shared.SWEPT in p.derived
+    monkeypatch.setattr(shared, "KEPT_RUN_BYTES", p.nbytes - 1)
     q = replace(p)
     engines.get("whole").run(q)
-    assert base._OPS_DONE not in q.derived and base._SWEPT not in q.derived
+    assert shared.OPS_DONE not in q.derived and shared.SWEPT not in q.derived

@@ -88,10 +88,6 @@ def final_storage_control(ex: Execution, compare: Comparison | None = None, *,
     return Verdict(Outcome.DETECTED, v.max_abs_err, f"{v.detail}; stale: {where}")
 
 
-def draws_in(ex: Execution, first: int, end: int) -> bool:
-    return any(op.spec.draws for op in ex.program.ops[first:end])
-
-
 def wrong_rng_control(ex: Execution, run: ReferenceRun | None = None) -> Verdict:
     """Replay the first drawing segment from R_T (or R_s + 1 block if R_T equals R_s).
 

@@ -371,17 +371,15 @@ class Strategy:
         a, b = tape.bounds[s]
         program, forward, plans = tape.program, self.forward, tape.plans
         execute = _hook(self, "execute")  # None: :meth:`execute` itself, called inline
-        done = ops_done(tape, state) if execute is None else None
+        done = ops_done(tape, state)
         out = []
         held = 0  # bytes of the operands and draws captured: all held until differentiated
         for k in range(a, b):
             d = None if draws is None else draws.get(k)
-            if execute is not None:
-                rec = execute(program, k, state, d)
-            elif done is None:
-                rec = execute_op(program, k, state, draws=d, forward=forward)
-            else:
+            if execute is None:
                 rec = run_op(program, k, plans[k], state, d, forward, done)
+            else:
+                rec = execute(program, k, state, d)
             held += operand_bytes(rec)
             out.append(rec)
         tape.borrow(held)
@@ -431,7 +429,7 @@ class Transaction:
 def _hook(strategy: Strategy, name: str) -> Any:
     """``strategy``'s bound method ``name``, or None where it keeps :class:`Strategy`'s
     (a hook that does nothing: the run loop then skips the call; ``execute``: the
-    replay calls ``execute_op`` itself)."""
+    replay runs the op itself, ``shared.run_op``)."""
     if getattr(type(strategy), name) is getattr(Strategy, name):
         return None
     return getattr(strategy, name)
@@ -458,8 +456,7 @@ def _forward(tape: Tape, state: State) -> None:
             for k in range(a, b):
                 if before is not None:
                     before(tape, s, k, state)
-                ev = execute_op(program, k, state) if done is None else \
-                    run_op(program, k, plans[k], state, None, FORWARD, done)
+                ev = run_op(program, k, plans[k], state, None, FORWARD, done)
                 if after is not None:
                     after(tape, s, k, state, ev)
         else:
@@ -467,8 +464,7 @@ def _forward(tape: Tape, state: State) -> None:
                 if before is not None:
                     before(tape, s, k, state)
                 pending = journal_open(tape, k, state)
-                ev = execute_op(program, k, state) if done is None else \
-                    run_op(program, k, plans[k], state, None, FORWARD, done)
+                ev = run_op(program, k, plans[k], state, None, FORWARD, done)
                 journal_close(tape, s, k, state, ev, pending)
                 if after is not None:
                     after(tape, s, k, state, ev)

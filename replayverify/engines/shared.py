@@ -58,17 +58,20 @@ def _none_done(program: Program) -> dict:
 
 
 def run_op(program: Program, k: int, plan: OpPlan, state: State, draws: np.ndarray | None,
-           forward: Mapping[OpKind, ForwardRule], done: dict) -> OpValues:
-    """``execute_op(program, k, state, draws=draws, forward=forward)``, or what it gave in
-    an earlier run of the program. An op run is a function of the state's bytes and R,
-    its forward rule and the draws it is given: where all are those of a run kept in
-    ``done`` (by op and bytes and R), the op writes the values that run wrote, R becomes
-    what it became, and the caller takes that run's record (arrays read-only: whoever
-    takes it only reads it). The five engines of a check run the same forward pass and
-    replay its segments from its states: most of their ops are computed once. A run from
-    other bytes or R, under another rule or given other draws (a wrong recovery, a
-    mutant) runs the op itself.
+           forward: Mapping[OpKind, ForwardRule], done: dict | None) -> OpValues:
+    """``execute_op(program, k, state, draws=draws, forward=forward)``, or, with ``done``
+    (``ops_done``; None: none kept), what it gave in an earlier run of the program.
+
+    An op run is a function of the state's bytes and R, its forward rule and the draws it
+    is given: where all are those of a run kept in ``done`` (by op and bytes and R), the
+    op writes the values that run wrote, R becomes what it became, and the caller takes
+    that run's record (arrays read-only: whoever takes it only reads it). The five
+    engines of a check run the same forward pass and replay its segments from its
+    states: most of their ops are computed once. A run from other bytes or R, under
+    another rule or given other draws (a wrong recovery, a mutant) runs the op itself.
     """
+    if done is None:
+        return execute_op(program, k, state, draws=draws, forward=forward)
     rule = forward[plan.op.kind]
     key = (k, tuple([buf.tobytes() for buf in state.buffers.values()]), state.rng)
     hit = done.get(key)

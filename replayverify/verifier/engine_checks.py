@@ -129,8 +129,7 @@ class ExpectedStates:
                 n += 1
         hit = self._exact.get(n)
         if hit is None:
-            hit = self._exact[n] = Verdict(Outcome.MATCH, 0.0, f"final state and {n} segment "
-                                           "replays exact (bytes and generator)")
+            hit = self._exact[n] = exact_match(n)
         return hit
 
     def boundaries(self, segments: int) -> list[Snapshot]:
@@ -164,7 +163,13 @@ def bytes_verdict(result: EngineResult, execution: Execution,
             notes.append(f"{label}: " + "; ".join(d.notes))
     if notes:
         return Verdict(Outcome.DIVERGE, float(total), "; ".join(notes))
-    return Verdict(Outcome.MATCH, 0.0, f"final state and {len(replayed)} segment replays exact "
+    return exact_match(len(replayed))
+
+
+def exact_match(replays: int) -> Verdict:
+    """The bytes verdict of an engine whose forward end, final state and ``replays``
+    segment replays are all exact."""
+    return Verdict(Outcome.MATCH, 0.0, f"final state and {replays} segment replays exact "
                    "(bytes and generator)")
 
 

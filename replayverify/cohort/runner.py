@@ -202,17 +202,18 @@ def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
         records = list(run_records(cfg, executor, on_task))
         return summarize(cfg, records, time.perf_counter() - start)
     with open_journal(out, run_meta(cfg), COHORT_FILES, resume=cfg.resume, what="cohort",
-                      error=CohortError) as journal:
+                      error=CohortError, ends=("summary.json", "report.md")) as journal:
         if on_task is not None and journal.done:
             on_task(journal.done)
         for recs in run_tasks(cfg, executor, skip=journal.done):
             journal.append({"records_bytes": "".join(dumps(r) + "\n" for r in recs).encode()})
             if on_task is not None:
                 on_task(1)
-    records = read_records(out / "records.jsonl")
-    summary = summarize(cfg, records, time.perf_counter() - start)
-    (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(render_report(summary, records), encoding="utf-8")
+        # still locked: DIR is this run's until its outputs are written
+        records = read_records(out / "records.jsonl")
+        summary = summarize(cfg, records, time.perf_counter() - start)
+        (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
+        (out / "report.md").write_text(render_report(summary, records), encoding="utf-8")
     return summary
 
 

@@ -260,6 +260,7 @@ def _lost(job: Job, reason: str) -> Outcome:
 
 
 SUITE_FILES = {"records_bytes": "records.jsonl", "stats_bytes": "programs.jsonl"}
+SUITE_ENDS = ("summary.json", "report.md")
 
 
 def _prepare(cfg: SuiteConfig) -> tuple[Journal, list[Record], list[dict]]:
@@ -269,7 +270,7 @@ def _prepare(cfg: SuiteConfig) -> tuple[Journal, list[Record], list[dict]]:
             "shard": list(cfg.shard), "mutants": cfg.mutants,
             "engines": list(cfg.engines) if cfg.engines else None}
     journal = open_journal(cfg.out, meta, SUITE_FILES, resume=cfg.resume, what="suite",
-                           error=SuiteError)
+                           error=SuiteError, ends=SUITE_ENDS)
     stats_path = cfg.out / SUITE_FILES["stats_bytes"]
     stats = [json.loads(line) for line in stats_path.read_text().splitlines() if line]
     return journal, read_records(cfg.out / SUITE_FILES["records_bytes"]), stats
@@ -326,26 +327,28 @@ def run_suite(cfg: SuiteConfig,
     jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
     if on_program is not None and done:
         on_program(None, done)
-    with journal, _collector_skips_the_heap() as keep:
-        for outcome in executor.map(run_job, jobs, name=lambda j: str(j.pid), lost=_lost):
-            line = {"program": outcome.pid, **outcome.stats}
-            journal.append({
-                "records_bytes": "".join([r.to_json() + "\n" for r in outcome.records]).encode(),
-                "stats_bytes": (dumps(line, sort_keys=True) + "\n").encode()})
-            # kept as written, not read back: a record's fields are strings and numbers,
-            # which its JSON line gives back unchanged (tested)
-            records += outcome.records
-            stats.append(line)
-            if on_program is not None:
-                on_program(outcome, 1)
-            keep()
-    failures = []
-    if any(r.failing for r in records):
-        from replayverify.verifier.shrink import shrink_failures  # (only a failing run needs it)
+    with journal:  # DIR is this run's until its outputs are written
+        with _collector_skips_the_heap() as keep:
+            for outcome in executor.map(run_job, jobs, name=lambda j: str(j.pid), lost=_lost):
+                line = {"program": outcome.pid, **outcome.stats}
+                journal.append({
+                    "records_bytes": "".join([r.to_json() + "\n"
+                                              for r in outcome.records]).encode(),
+                    "stats_bytes": (dumps(line, sort_keys=True) + "\n").encode()})
+                # kept as written, not read back: a record's fields are strings and numbers,
+                # which its JSON line gives back unchanged (tested)
+                records += outcome.records
+                stats.append(line)
+                if on_program is not None:
+                    on_program(outcome, 1)
+                keep()
+        failures = []
+        if any(r.failing for r in records):
+            from replayverify.verifier.shrink import shrink_failures  # (only if failing)
 
-        failures = shrink_failures(cfg.out, records, build_program, mutants=cfg.mutants,
-                                   limit=cfg.max_shrink if cfg.shrink else 0)
-    return write_outputs(cfg, records, stats, time.perf_counter() - start, failures)
+            failures = shrink_failures(cfg.out, records, build_program, mutants=cfg.mutants,
+                                       limit=cfg.max_shrink if cfg.shrink else 0)
+        return write_outputs(cfg, records, stats, time.perf_counter() - start, failures)
 
 
 def build_program(program_id: str) -> Program:

@@ -115,14 +115,21 @@ def test_refuses_to_overwrite_without_resume(tmp_path):
         run_suite(SuiteConfig(programs=1, seed=0, workers=1, out=tmp_path))
 
 
+H = '{"journal": 2, "run": {"n": 1}}'
+Z = '"records_sha256": "' + "0" * 64 + '"'
+
+
 @pytest.mark.parametrize("progress", [
-    "[1]\n", '"x"\n', "{oops\n", '{"n": 1}\n[2]\n', '{"n": 1}\n{"records_bytes": 3}\n',
-    '{"n": 1}\n{"done": "1", "records_bytes": 3}\n',
-    '{"n": 1}\n{"done": 1, "records_bytes": "3"}\n',
-    '{"n": 1}\n{"done": 1, "records_bytes": -3}\n',  # truncate() would raise OSError
-    '{"n": 1}\n{"done": -1, "records_bytes": 0}\n',
-    '{"n": 1}\n{"done": true, "records_bytes": 0}\n',
-    '{"n": 1}\n{"done": 1, "records_bytes": 99}\n',  # past the file's end: would pad it
+    "[1]\n", '"x"\n', "{oops\n", H + "\n[2]\n", H + '\n{"records_bytes": 3, ' + Z + "}\n",
+    H + '\n{"done": "1", "records_bytes": 3, ' + Z + "}\n",
+    H + '\n{"done": 1, "records_bytes": "3", ' + Z + "}\n",
+    H + '\n{"done": 1, "records_bytes": -3, ' + Z + "}\n",  # truncate() would raise OSError
+    H + '\n{"done": -1, "records_bytes": 0, ' + Z + "}\n",
+    H + '\n{"done": true, "records_bytes": 0, ' + Z + "}\n",
+    H + '\n{"done": 1, "records_bytes": 99, ' + Z + "}\n",  # past the file's end: would pad
+    H + '\n{"done": 1, "records_bytes": 0}\n',  # no digest
+    H + '\n{"done": 2, "records_bytes": 0, ' + Z + "}\n",  # more done than marks
+    '{"journal": 3, "run": {"n": 1}}\n', '{"journal": 2, "run": 1}\n',
 ])
 def test_resume_refuses_a_damaged_progress_file_in_one_line(tmp_path, progress):
     from replayverify.verifier.journal import open_journal

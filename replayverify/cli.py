@@ -36,6 +36,22 @@ def load_or_exit(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
         fail_usage(f"{one_line(path, 80)}: rejected: {exc}")
 
 
+MAX_TIMEOUT = 1e6  # seconds (11.6 days): beyond, the interval timer cannot be set
+
+
+def _timeout(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """--timeout: finite, 0 (none) or positive, at most MAX_TIMEOUT."""
+    if value is not None and not (0 <= value <= MAX_TIMEOUT):  # (NaN fails both)
+        raise click.BadParameter(f"{value!r} is not a number of seconds from 0 (no limit) "
+                                 f"to {MAX_TIMEOUT:g}")
+    return value
+
+
+def timeout_option(default: float, help: str):
+    return click.option("--timeout", type=float, default=default, show_default=True,
+                        callback=_timeout, help=help)
+
+
 max_bytes_option = click.option(
     "--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
     help="Refuse programs whose buffers total more than this many bytes.",
@@ -234,8 +250,10 @@ def _record_table(records: list, n_files: int) -> str:
 @click.option("--mutants", is_flag=True, help="Also run the engine mutants as controls.")
 @click.option("--engine", "engine", type=str, default=None,
               help="System under test: a registered engine name or module:attr.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="Seconds per program before it becomes an error record (0: none).")
+@timeout_option(60.0, "Seconds per program before it becomes an error record (0: none). "
+                      "With a limit, programs run in worker processes, and one still running "
+                      "10 s past it (an engine that ignores it, or hangs) is killed: a `lost` "
+                      "error record.")
 @click.option("--junit", type=click.Path(dir_okay=False), default=None,
               help="Also write JUnit XML here, one test case per record.")
 @click.option("--no-shrink", is_flag=True, help="Do not shrink failing programs.")
@@ -443,9 +461,13 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted run in --out (same --frameworks, --seeds, "
                    "--extra): tasks already written are not rerun; ends with the same files.")
+@timeout_option(600.0, "Hard seconds per task (one case through every method of one "
+                       "framework; 0: none): tasks run in worker processes, and one still "
+                       "running then is killed and stops the run in one line (the tasks "
+                       "before it are written: --resume continues).")
 @dask_option
 def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int, resume: bool,
-           dask: str | None, dask_batch: int) -> None:
+           timeout: float, dask: str | None, dask_batch: int) -> None:
     """Run the framework cohort: the same programs through torch and JAX checkpointing.
 
     Five paired program families per seed key, float32 and float64, through every
@@ -466,7 +488,7 @@ def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int,
         cfg = CohortConfig(
             frameworks=tuple(f.strip() for f in frameworks.split(",") if f.strip()),
             seeds=parse_seeds(seeds), extra=extra, workers=workers, out=Path(out_dir),
-            resume=resume, command=_command_line())
+            resume=resume, timeout=timeout, command=_command_line())
         if not cfg.frameworks:
             raise CohortError("--frameworks names no framework")
         from replayverify.cohort.runner import check_config, task_ids

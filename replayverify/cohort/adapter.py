@@ -28,10 +28,11 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from replayverify.cohort.cases import Case
+from replayverify.plugins import PluginFault, call, checked
 from replayverify.programs.interpreter import execute
 from replayverify.programs.tolerance import tolerance
 
-OUTCOMES = ("match", "rejected", "diverge", "unsupported")
+OUTCOMES = ("match", "rejected", "diverge", "unsupported", "error")  # error: the adapter's
 LETTER = {"match": "M", "rejected": "R", "diverge": "D"}
 
 
@@ -132,6 +133,10 @@ def compare(case: Case, ref: Reference, obs: Observation) -> tuple[str, list[str
     return ("diverge" if diverged else "match"), diverged, err
 
 
+def _exception(exc: BaseException) -> dict:
+    return {"type": type(exc).__name__, "message": first_line(exc)}
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else ""
@@ -143,14 +148,20 @@ def observe(adapter: Adapter, case: Case, method: Method, ref: Reference) -> dic
     rec: dict = {"outcome": "", "diverged": [], "max_abs_err": None, "exception": None,
                  "determinism_flagged": None}
     try:
-        obs = adapter.run(case, method)
+        obs = call(adapter.run, case, method)
+    except PluginFault as exc:  # the adapter, not the framework: sys.exit, its own Ctrl-C
+        rec.update(outcome="error", exception=_exception(exc))
     except Exception as exc:  # the framework refused the program: R, with its words
-        rec["outcome"] = "rejected"
-        rec["exception"] = {"type": type(exc).__name__, "message": first_line(exc)}
+        rec.update(outcome="rejected", exception=_exception(exc))
     else:
-        outcome, diverged, err = compare(case, ref, obs)
-        rec.update(outcome=outcome, diverged=diverged,
-                   max_abs_err=err if np.isfinite(err) else None,
-                   determinism_flagged=obs.determinism_flagged)
+        try:
+            checked(obs, Observation, "the adapter's run")
+            outcome, diverged, err = compare(case, ref, obs)
+        except Exception as exc:  # an observation that is not one: the adapter's fault
+            rec.update(outcome="error", exception=_exception(exc))
+        else:
+            rec.update(outcome=outcome, diverged=diverged,
+                       max_abs_err=err if np.isfinite(err) else None,
+                       determinism_flagged=obs.determinism_flagged)
     rec["seconds"] = round(time.perf_counter() - start, 6)
     return rec

@@ -72,7 +72,7 @@ def render_report(summary: dict, records: list[dict]) -> str:
         extra = f" ({state_only[row]} with a matching gradient)" if state_only[row] else ""
         lines.append(f"- {row}{extra}: {kinds}")
     unexpected = [r for r in records if r["expected"] and r["outcome"] != "unsupported"
-                  and {"match": "M", "rejected": "R", "diverge": "D"}[r["outcome"]]
+                  and {"match": "M", "rejected": "R", "diverge": "D"}.get(r["outcome"])
                   != r["expected"]]
     if unexpected:
         lines += ["", "## Unexpected records (first 20)", ""]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from replayverify.cohort import registry
-from replayverify.cohort.adapter import LETTER, Reference, observe
+from replayverify.cohort.adapter import LETTER, Method, Reference, observe
 from replayverify.cohort.cases import (
     DEFAULT_SEEDS,
     DTYPES,
@@ -29,9 +29,12 @@ from replayverify.cohort.cases import (
     build_case,
 )
 from replayverify.cohort.expected import expected_letter, extra_row
-from replayverify.untrusted import dumps
+from replayverify.plugins import call, checked
+from replayverify.untrusted import dumps, one_line
 from replayverify.verifier.executors import Executor, ProcessPool
 from replayverify.verifier.journal import open_journal
+
+TASK_LIMIT = 600.0  # default hard wall-clock limit per task (s): its worker is then killed
 
 
 class CohortError(ValueError):
@@ -48,6 +51,7 @@ class CohortConfig:
     resume: bool = False  # continue the run in ``out`` (same frameworks, seeds, extra)
     command: str = "replayverify cohort"
     families: tuple[str, ...] = field(default=())  # () : all (with --extra: and extras)
+    timeout: float = TASK_LIMIT  # hard seconds per task, in a child process (0: none)
 
     def framework_list(self) -> tuple[str, ...]:
         """The frameworks asked for; with ``extra``, replayverify's own engines too."""
@@ -74,7 +78,9 @@ def parse_seeds(text: str) -> tuple[int, int]:
 
 
 def check_config(cfg: CohortConfig) -> None:
-    """Refuse unknown frameworks or families with one line (CohortError)."""
+    """Refuse unknown or repeated frameworks or families with one line (CohortError)."""
+    for fw in {fw for fw in cfg.framework_list() if cfg.framework_list().count(fw) > 1}:
+        raise CohortError(f"--frameworks names {fw!r} more than once")
     for fw in cfg.framework_list():
         try:
             registry.get(fw)
@@ -105,17 +111,19 @@ def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
     fw, fam, seed, dtype = parse_task(task_id)
     adapter = registry.get(fw)
     case = build_case(fam, seed, dtype)
-    methods = [m for m in adapter.methods(extra) if m.applies(case)]
-    hint = adapter.missing()
+    methods = [m for m in _ask(fw, "methods()", adapter.methods, extra, kind=(tuple, list))
+               if _ask(fw, "methods()", checked, m, Method, "a method", kind=Method)
+               .applies(case)]
+    hint = _ask(fw, "missing()", adapter.missing, kind=(str, type(None)))
     base = {"task": task_id, "case": case.id, "framework": adapter.name, "family": fam,
             "seed": seed, "dtype": dtype, "sha256": case.program.sha256}
     ref = None
     if hint is None:
         try:
-            ref = Reference.of(case, adapter.draw_tape(case))
+            ref = Reference.of(case, call(adapter.draw_tape, case))
         except Exception as exc:  # the framework cannot even draw: nothing to compare
-            hint = f"no reference: {type(exc).__name__}: {exc}"
-    version = "" if ref is None else adapter.version()
+            hint = one_line(f"no reference: {type(exc).__name__}: {exc}")
+    version = "" if ref is None else _ask(fw, "version()", adapter.version, kind=str)
     records = []
     for m in methods:
         row = extra_row(m.row, fam)
@@ -129,6 +137,16 @@ def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
             body = {**observe(adapter, case, m, ref), "detail": ""}
         records.append({**head, **body})
     return records
+
+
+def _ask(fw: str, what: str, fn: Callable, *args: object, kind: type | tuple[type, ...]):
+    """A cohort adapter's answer (``fn(*args)``, of ``kind``); CohortError in one line when it
+    raises, exits or answers something else: no task of it can be recorded."""
+    try:
+        return checked(call(fn, *args), kind, what)
+    except Exception as exc:
+        raise CohortError(one_line(f"cohort adapter {fw!r}: {what} failed: "
+                                   f"{type(exc).__name__}: {exc}", 400)) from None
 
 
 def _expected(method, row: str, family: str) -> str | None:
@@ -160,7 +178,7 @@ def run_tasks(cfg: CohortConfig, executor: Executor | None = None,
     ``DaskExecutor``, each Dask task keyed by its cohort task id); the records do not
     depend on it.
     """
-    executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1)
+    executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, limit=cfg.timeout)
     items = [(t, cfg.extra) for t in task_ids(cfg)[skip:]]
     return executor.map(_run_one, items, name=lambda item: item[0], lost=_lost)
 
@@ -247,7 +265,11 @@ def summarize(cfg: CohortConfig, records: list[dict], seconds: float) -> dict:
         if r["version"]:
             versions[r["framework"]] = r["version"]
     unexpected = []
+    errored = {r["row"] for r in records if r["outcome"] == "error"}  # the adapter's faults
     for row, cell in table.items():
+        if row in errored:
+            unexpected.append(row)
+            continue
         ran = cell["M"] + cell["R"] + cell["D"]
         if ran == 0 or not sum(cell["expected"].values()):
             continue  # not run (framework missing) or no expectation: nothing to judge

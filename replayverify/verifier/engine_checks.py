@@ -20,6 +20,7 @@ import numpy as np
 
 from replayverify import engines as registry
 from replayverify.engines.base import Engine, EngineResult
+from replayverify.plugins import call, checked
 from replayverify.programs.interpreter import Execution, execute, reverse_sweep
 from replayverify.programs.model import Program
 from replayverify.programs.state import Snapshot
@@ -191,7 +192,9 @@ def _run(engine: Engine, expected: ExpectedStates, reference: np.ndarray | None,
     t0 = time.perf_counter()
     execution = expected.execution
     extra = {} if xp is None else {"xp": xp}  # NumPy-only engines need not take ``xp``
-    result = engine.run(execution.program, admission=execution.admission, **extra)
+    # a plug-in's sys.exit, its own KeyboardInterrupt or a result of another kind: an error
+    result = checked(call(engine.run, execution.program, admission=execution.admission,
+                          **extra), EngineResult, "the engine's run")
     grad = expected.gradient_verdict(result, reference)
     byt = bytes_verdict(result, execution, expected)
     return result, grad, byt, time.perf_counter() - t0

@@ -17,6 +17,7 @@ this package's source fingerprint; a worker whose replayverify differs refuses i
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
@@ -27,6 +28,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,8 +51,10 @@ class DaskError(RuntimeError):
     """A Dask cluster that cannot be used (exit status 2 on the command line)."""
 
 
-class TaskTimeout(Exception):
-    """Raised inside a task that ran past its time limit."""
+class TaskTimeout(BaseException):
+    """Raised inside a task that ran past its time limit. Not an ``Exception``: a plug-in's
+    ``except Exception`` does not swallow it (one that catches everything is killed by
+    ``ProcessPool``'s hard limit)."""
 
 
 class Executor(Protocol):
@@ -128,7 +132,19 @@ class _Raised:
         self.exc = exc
 
 
-def _serve(conn: Connection, fn: Callable[[T], R], inherited: list[Connection]) -> None:
+def _die_with(parent: int) -> None:
+    """End this worker when ``parent`` dies, even one busy in a hung plug-in: the kernel's
+    parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``); elsewhere the pipe's
+    end (read between tasks) stops it."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the signal was asked for
+        os._exit(0)
+
+
+def _serve(conn: Connection, fn: Callable[[T], R], inherited: list[Connection],
+           parent: int, clock=None) -> None:
     """A local worker: runs ``fn`` on each batch of tasks it is sent, sends the results.
 
     It closes the parent's pipe ends that the fork gave it (so that it sees the parent go
@@ -136,9 +152,13 @@ def _serve(conn: Connection, fn: Callable[[T], R], inherited: list[Connection]) 
     its workers itself) and exits when the parent's end of its pipe closes. What it
     inherited is frozen out of its garbage collections (``gc.freeze``): a full collection
     would otherwise walk, and copy page by page, the parent's whole heap. Its SIGALRM
-    handler is :func:`time_limit`'s, for good.
+    handler is :func:`time_limit`'s, for good. It dies with its parent (:func:`_die_with`).
+    ``clock`` (shared memory) holds when its current task started (``time.monotonic``;
+    0 while it waits) and its place in the batch, which the parent reads to enforce a
+    hard time limit.
     """
     global _ALARM_IS_OURS
+    _die_with(parent)
     gc.freeze()
     for other in inherited:
         other.close()
@@ -149,11 +169,16 @@ def _serve(conn: Connection, fn: Callable[[T], R], inherited: list[Connection]) 
     try:
         while (batch := conn.recv()) is not None:
             out: list = []
-            for task in batch:
+            for i, task in enumerate(batch):
+                if clock is not None:
+                    clock[1] = i
+                    clock[0] = time.monotonic()
                 try:
                     out.append(fn(task))
                 except Exception as exc:
                     out.append(_Raised(exc))
+            if clock is not None:
+                clock[0] = 0.0
             conn.send(out)
     except (EOFError, OSError):
         pass
@@ -164,6 +189,7 @@ class _Worker:
     process: BaseProcess
     conn: Connection
     batches: deque[tuple[range, bool]]  # sent, not yet answered: (task indices, alone)
+    clock: Any = None  # [when its current task started (0.0: none), its place in the batch]
 
 
 @dataclass(frozen=True)
@@ -180,14 +206,21 @@ class ProcessPool:
     with one program per message, ~3 % with 16.) When a worker dies, the tasks of its
     batches run again, each alone in a new worker; ``lost(task, reason)`` gives the
     result of a task whose lone worker died too. A task's exception is raised here.
+
+    ``limit`` > 0 is a hard wall-clock limit per task: a worker whose task has run that
+    long is killed (SIGKILL) and handled as one that died, so a task that ignores its
+    own time limit, hangs in C or calls ``os._exit`` loses only itself. With a limit,
+    even one worker (or one task) runs in a child process; without, ``workers`` 1 runs
+    the tasks in this process. Workers die with this process (:func:`_die_with`).
     """
 
     workers: int
     batch: int = 1
+    limit: float = 0.0
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T], *, name: Callable[[T], str],
             lost: Callable[[T, str], R]) -> Iterator[R]:
-        if self.workers <= 1 or len(tasks) <= 1:
+        if not tasks or (not self.limit and (self.workers <= 1 or len(tasks) <= 1)):
             for task in tasks:
                 yield fn(task)
             return
@@ -205,10 +238,12 @@ class ProcessPool:
             here, there = ctx.Pipe()
             inherited = [here, *(w.conn for w in workers)] if ctx.get_start_method() == "fork" \
                 else []
-            process = ctx.Process(target=_serve, args=(there, fn, inherited), daemon=True)
+            clock = ctx.RawArray("d", 2) if self.limit else None
+            process = ctx.Process(target=_serve, args=(there, fn, inherited, os.getpid(), clock),
+                                  daemon=True)
             process.start()
             there.close()
-            workers.append(_Worker(process, here, deque()))
+            workers.append(_Worker(process, here, deque(), clock))
 
         def feed(w: _Worker) -> None:
             while todo and len(w.batches) < ahead:
@@ -220,18 +255,20 @@ class ProcessPool:
                     return
                 w.batches.append((part, alone))
 
-        def died(w: _Worker) -> None:
+        def died(w: _Worker, reason: str = "", culprit: int | None = None) -> None:
+            """``culprit``: the task (index) known to have killed it, lost at once."""
             w.process.join()
             w.conn.close()
             workers.remove(w)
-            reason = f"its worker process died (exit code {w.process.exitcode})"
+            reason = reason or f"its worker process died (exit code {w.process.exitcode})"
             again = list(w.batches)
             if again:  # the first batch was running: its tasks again, each alone
                 part, alone = again.pop(0)
-                if alone:
-                    done[part.start] = lost(tasks[part.start], reason)
-                else:
-                    again[:0] = [(range(i, i + 1), True) for i in part]
+                if alone or culprit is not None:
+                    first = part.start if culprit is None else culprit
+                    done[first] = lost(tasks[first], reason)
+                again[:0] = [(range(i, i + 1), True) for i in part
+                             if not alone and i != culprit]
             todo.extendleft(reversed(again))
             if todo:
                 start()
@@ -244,7 +281,14 @@ class ProcessPool:
                 for w in workers:
                     feed(w)
                 by_conn = {w.conn: w for w in workers}
-                for conn in wait(list(by_conn)):
+                ready = wait(list(by_conn), self._wait(workers))
+                for w in self._overdue(workers):
+                    culprit = w.batches[0][0].start + int(w.clock[1])
+                    w.process.kill()
+                    died(w, f"it ran past the hard time limit of {self.limit:g} s and was "
+                            "killed", culprit)
+                    ready = [c for c in ready if c is not w.conn]
+                for conn in ready:
                     w = by_conn[conn]
                     try:
                         out = conn.recv()
@@ -265,6 +309,22 @@ class ProcessPool:
             for w in workers:
                 w.process.join()
                 w.conn.close()
+
+
+    def _wait(self, workers: list[_Worker]) -> float | None:
+        """How long to wait for a result: until the first task could run past the limit."""
+        if not self.limit:
+            return None
+        started = [w.clock[0] for w in workers if w.clock[0]]
+        if not started:
+            return self.limit  # (a task starting meanwhile is looked at then)
+        return max(0.0, min(started) + self.limit - time.monotonic()) + 0.01
+
+    def _overdue(self, workers: list[_Worker]) -> list[_Worker]:
+        if not self.limit:
+            return []
+        now = time.monotonic()
+        return [w for w in workers if w.clock[0] and now - w.clock[0] > self.limit]
 
 
 # ---------------------------------------------------------------- Dask

@@ -43,6 +43,7 @@ from replayverify.verifier.records import Outcome as Verdicts
 
 SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex", "mixed")  # the default mix
 DEFAULT_TIMEOUT = 60.0
+HARD_GRACE = 10.0  # a program still running this long after its --timeout: worker killed
 BATCH = 16  # programs per message to and from a local worker (see ProcessPool)
 
 
@@ -323,7 +324,10 @@ def run_suite(cfg: SuiteConfig,
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
     journal, records, stats = _prepare(cfg)
     done = journal.done
-    executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, batch=BATCH)
+    # with a timeout, programs (plug-in engines) run in child processes, killed HARD_GRACE s
+    # past it: a hang or os._exit loses only its program ("lost" record)
+    executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, batch=BATCH,
+                                       limit=cfg.timeout + HARD_GRACE if cfg.timeout else 0)
     jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
     if on_program is not None and done:
         on_program(None, done)

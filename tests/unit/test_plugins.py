@@ -35,3 +35,69 @@ def test_refusals_are_one_line_value_errors(spec: str, message: str) -> None:
         load(spec, kind="thing", accepts=_accepts, known="a, b", needs="x", also=", or more",
              unknown="widget")
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+class Broken:
+    def __init__(self) -> None:
+        raise ValueError("first line\nsecond line")
+
+
+@pytest.mark.parametrize(("source", "attr", "message"), [
+    ("raise RuntimeError('no GPU here')", "X", "RuntimeError: no GPU here"),
+    ("def f(:\n", "X", "SyntaxError: "),
+    ("import sys\nsys.exit(3)", "X", "PluginFault: called sys.exit(3)"),
+    ("raise KeyboardInterrupt", "X", "PluginFault: raised KeyboardInterrupt"),
+    (f"from {__name__} import Broken as X", "X", "ValueError: first line\\nsecond line"),
+])
+def test_loading_user_code_never_shows_a_traceback(tmp_path, monkeypatch, source, attr,
+                                                   message) -> None:
+    """Import raising anything, a syntax error, a constructor raising, a message of two
+    lines: one line, a ValueError, naming what went wrong."""
+    name = f"rv_plugin_{abs(hash(source))}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError) as info:
+        load(f"{name}:{attr}", kind="thing", accepts=_accepts, known="a", needs="x")
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"cannot load thing '{name}:{attr}': ")
+    assert message in text, text
+
+
+def test_a_relative_module_name_is_refused_in_one_line() -> None:
+    with pytest.raises(ValueError, match=r"^cannot load thing '\.rel:X': a relative module"):
+        load(".rel:X", kind="thing", accepts=_accepts, known="a", needs="x")
+
+
+def test_the_guard_turns_exit_and_a_plugins_own_interrupt_into_a_fault() -> None:
+    import sys
+
+    from replayverify.plugins import PluginFault, call, checked
+
+    def leave():
+        sys.exit(0)
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    with pytest.raises(PluginFault, match=r"called sys.exit\(0\)"):
+        call(leave)
+    with pytest.raises(PluginFault, match="raised KeyboardInterrupt"):
+        call(interrupt)
+    assert call(lambda a, b=0: a + b, 1, b=2) == 3
+    with pytest.raises(PluginFault, match="run returned None, not dict"):
+        checked(None, dict, "run")
+
+
+def test_a_real_ctrl_c_during_a_plugin_call_still_interrupts() -> None:
+    import os
+    import signal
+    import time
+
+    from replayverify.plugins import call
+
+    def wait_for_ctrl_c():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+
+    with pytest.raises(KeyboardInterrupt):
+        call(wait_for_ctrl_c)

@@ -1,0 +1,232 @@
+"""Faults of plug-ins contained (issue #28): an engine or cohort adapter that exits, raises
+its own KeyboardInterrupt, returns junk, hangs or ends its process gives ``error`` (or
+``lost``) records or one line, never a silent exit 0 or a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from replayverify.engines import registry
+from tests.cohort.test_cohort_core import ToyAdapter
+from tests.helpers import ROOT, child_env
+
+
+class _Engine:
+    name = "faulty"
+
+    def fault(self):
+        raise NotImplementedError
+
+    def run(self, program, *, admission=None):
+        return self.fault()
+
+
+class ExitEngine(_Engine):
+    def fault(self):
+        sys.exit(0)
+
+
+class InterruptEngine(_Engine):
+    def fault(self):
+        raise KeyboardInterrupt
+
+
+class NoneEngine(_Engine):
+    def fault(self):
+        return None
+
+
+class HangEngine(_Engine):
+    """Swallows the task's timeout (and everything else) and never returns."""
+
+    def fault(self):
+        while True:
+            try:
+                time.sleep(0.05)
+            except BaseException:
+                continue
+
+
+class OsExitEngine(_Engine):
+    def fault(self):
+        os._exit(7)
+
+
+HERE = "tests.unit.test_faults"
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "replayverify", *args], capture_output=True,
+                          text=True, env=child_env(), cwd=ROOT, check=False, timeout=timeout)
+
+
+@pytest.mark.parametrize(("engine", "detail"), [
+    ("ExitEngine", "PluginFault: called sys.exit(0)"),
+    ("InterruptEngine", "PluginFault: raised KeyboardInterrupt (no Ctrl-C was pressed)"),
+    ("NoneEngine", "PluginFault: the engine's run returned None, not EngineResult"),
+])
+@pytest.mark.parametrize("command", ["check", "replay"])
+def test_an_engine_that_exits_or_returns_junk_gives_error_records_in_process(
+        tmp_path, engine, detail, command):
+    target = str(ROOT / "examples" / "shift-tanh.json") if command == "check" \
+        else "s0/derivative/000001"
+    res = cli(command, target, "--json", "--engine", f"{HERE}:{engine}")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr == ""
+    recs = [json.loads(x) for x in res.stdout.splitlines()]
+    mine = [r for r in recs if r["engine"] == f"{HERE}:{engine}"]
+    assert [r["outcome"] for r in mine] == ["error", "error"]
+    assert {r["detail"] for r in mine} == {detail}
+
+
+def test_a_suite_in_process_with_an_exiting_engine_writes_its_summary(tmp_path):
+    out = tmp_path / "s"
+    res = cli("suite", "--programs", "3", "--workers", "1", "--timeout", "0", "--out", str(out),
+              "--engine", f"{HERE}:ExitEngine", "--no-shrink")
+    assert res.returncode == 1, res.stdout + res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdict"] == "failing"
+    assert summary["outcomes"][f"gradient/{HERE}:ExitEngine"] == {"error": 3}
+
+
+def test_an_engine_that_swallows_its_timeout_is_killed_and_loses_only_its_program(
+        tmp_path, monkeypatch):
+    import replayverify.verifier.suite as suite_mod
+
+    monkeypatch.setattr(suite_mod, "HARD_GRACE", 0.5)
+    engine = registry.resolve(f"{HERE}:HangEngine")
+    summary = suite_mod.run_suite(suite_mod.SuiteConfig(
+        programs=2, workers=1, timeout=0.2, out=tmp_path, engines=(engine,), shrink=False))
+    recs = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert [r["detail"] for r in recs] == \
+        ["lost: it ran past the hard time limit of 0.7 s and was killed"] * 2
+    assert summary["verdict"] == "failing"
+
+
+def test_an_engine_that_ends_its_process_loses_only_its_program(tmp_path):
+    out = tmp_path / "s"
+    res = cli("suite", "--programs", "2", "--workers", "1", "--out", str(out), "--engine",
+              f"{HERE}:OsExitEngine", "--no-shrink")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["detail"] for r in recs] == ["lost: its worker process died (exit code 7)"] * 2
+
+
+# ---------------------------------------------------------------- cohort adapters
+
+
+class ExitToy(ToyAdapter):
+    def run(self, case, method):
+        sys.exit(0)
+
+
+class NoneToy(ToyAdapter):
+    def run(self, case, method):
+        return None
+
+
+class HangToy(ToyAdapter):
+    def run(self, case, method):
+        while True:
+            time.sleep(0.05)
+
+
+class OsExitToy(ToyAdapter):
+    def run(self, case, method):
+        os._exit(9)
+
+
+class MissingRaises(ToyAdapter):
+    def missing(self):
+        raise RuntimeError("no")
+
+
+class MethodsJunk(ToyAdapter):
+    def methods(self, extra=False):
+        return ["replay"]
+
+
+class VersionBytes(ToyAdapter):
+    def version(self):
+        return b"1.0"
+
+
+def cohort(out: Path, adapter: str, *extra: str) -> subprocess.CompletedProcess:
+    return cli("cohort", "--frameworks", adapter, "--seeds", "5:6", "--workers", "1",
+               "--out", str(out), *extra)
+
+
+@pytest.mark.parametrize(("adapter", "exception"), [
+    ("ExitToy", {"type": "PluginFault", "message": "called sys.exit(0)"}),
+    ("NoneToy", {"type": "PluginFault",
+                 "message": "the adapter's run returned None, not Observation"}),
+])
+def test_an_adapter_whose_run_exits_or_returns_junk_gives_error_records(tmp_path, adapter,
+                                                                         exception):
+    res = cohort(tmp_path / "c", f"{HERE}:{adapter}")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    recs = [json.loads(x) for x in (tmp_path / "c" / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 20 and {r["outcome"] for r in recs} == {"error"}
+    assert {json.dumps(r["exception"]) for r in recs} == {json.dumps(exception)}
+
+
+@pytest.mark.parametrize(("adapter", "message"), [
+    ("MissingRaises", "missing() failed: RuntimeError: no"),
+    ("MethodsJunk", "methods() failed: PluginFault: a method returned 'replay', not Method"),
+    ("VersionBytes", "version() failed: PluginFault: version() returned bytes of length 3, not str"),
+])
+def test_an_adapter_that_answers_junk_stops_the_cohort_in_one_line(tmp_path, adapter,
+                                                                    message):
+    res = cohort(tmp_path / "c", f"{HERE}:{adapter}")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(("adapter", "timeout", "message"), [
+    ("HangToy", "1", "ran past the hard time limit of 1 s and was killed"),
+    ("OsExitToy", "600", "its worker process died (exit code 9)"),
+])
+def test_a_hung_or_dying_adapter_stops_the_cohort_in_one_line(tmp_path, adapter, timeout,
+                                                               message):
+    res = cohort(tmp_path / "c", f"{HERE}:{adapter}", "--timeout", timeout)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
+
+
+def test_a_framework_named_twice_is_refused(tmp_path):
+    res = cohort(tmp_path / "c", "replayverify,replayverify")
+    assert res.returncode == 2
+    assert res.stderr == "replayverify: --frameworks names 'replayverify' more than once\n"
+
+
+def test_workers_die_with_a_killed_client(tmp_path):
+    """SIGKILL of the client: its worker, busy in a hung engine, goes too."""
+    import signal
+
+    out = tmp_path / "s"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replayverify", "suite", "--programs", "2", "--workers", "1",
+         "--out", str(out), "--engine", f"{HERE}:HangEngine", "--timeout", "600"],
+        env=child_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: list[int] = []
+    deadline = time.monotonic() + 60
+    while not children and time.monotonic() < deadline:
+        time.sleep(0.2)
+        path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        children = [int(x) for x in path.read_text().split()] if path.exists() else []
+    assert children, "no worker started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{children[0]}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = Path(f"/proc/{children[0]}/status")
+    assert not alive.exists() or "State:\tZ" in alive.read_text()

@@ -16,6 +16,7 @@ from replayverify.programs.format import load_program
 from replayverify.programs.interpreter import Admission, execute
 from replayverify.programs.model import Program
 from replayverify.programs.philox import RngState
+from replayverify.untrusted import shown
 
 if TYPE_CHECKING:
     from replayverify.engines.base import Engine
@@ -72,12 +73,34 @@ def check(
     ``bytes``, ``control:final-storage``, ``control:wrong-rng`` (None: all).
     A record is ``failing`` iff its outcome is ``diverge``, ``error`` or ``missed``.
     """
+    from replayverify.engines.base import Engine
     from replayverify.verifier.check import check_program
 
     # check_program hands ``engines`` to engine_records, which takes names or objects.
+    engines = _items("engines", engines, (str, Engine), "engine names or engine objects")
+    checks = _items("checks", checks, (str,), "check names")
+    if not isinstance(mutants, bool):
+        raise TypeError(f"mutants: True or False, not {shown(mutants)}")
+    if program_id is not None and not isinstance(program_id, str):
+        raise TypeError(f"program_id: a str or None, not {shown(program_id)}")
     return check_program(as_program(program), program_id=program_id,
                          engines=engines,
                          checks=checks, mutants=mutants)
+
+
+def _items(argument: str, value: object, kinds: tuple[type, ...], what: str) -> tuple | None:
+    """``value`` (None, or an iterable of ``kinds``) as a tuple; TypeError naming
+    ``argument`` otherwise. A lone str is refused: iterated, it would be its letters."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        hint = f" (one name: [{value!r}])" if isinstance(value, str) else ""
+        raise TypeError(f"{argument}: a list of {what}, not {shown(value)}{hint}")
+    items = tuple(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, kinds):
+            raise TypeError(f"{argument}[{i}]: {shown(item)} is not one of the {what}")
+    return items
 
 
 __all__ = ["ProgramLike", "RunResult", "as_program", "check", "load_program", "run"]

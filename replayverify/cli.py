@@ -29,6 +29,43 @@ def fail_usage(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def out_dir_or_exit(path: str, option: str = "--out") -> None:
+    """A directory for outputs, made if missing, before any work; else one line, exit 2."""
+    from pathlib import Path
+
+    from replayverify.verifier.journal import prepare_dir
+
+    try:
+        prepare_dir(Path(path), ValueError, option)
+    except ValueError as exc:
+        fail_usage(str(exc))
+
+
+def out_file_or_exit(path: str, option: str) -> None:
+    """A file an option will write, checked before any work: its directory exists and is
+    writable, the name fits, it is not a directory; else one line and exit 2."""
+    import os
+
+    shown_path = one_line(path, 120)
+    parent = os.path.dirname(os.path.abspath(path))
+    why = ("is a directory" if os.path.isdir(path) else
+           f"no directory {one_line(parent, 80)}" if not os.path.isdir(parent) else
+           "its directory is not writable" if not os.access(parent, os.W_OK | os.X_OK) else
+           "file name too long" if len(os.fsencode(os.path.basename(path))) > 255 else
+           "not a regular file" if os.path.exists(path) and not os.path.isfile(path) else "")
+    if why:
+        fail_usage(f"{option} {shown_path}: {why}")
+
+
+def write_or_exit(path: str, text: str, option: str) -> None:
+    """``text`` written to ``path``; a failure (a full disk) in one line, exit 2."""
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        fail_usage(f"{option} {one_line(path, 120)}: {exc.strerror or exc}")
+
+
 def load_or_exit(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Program:
     try:
         return load_program(path, max_bytes=max_bytes)
@@ -273,6 +310,8 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
 
     from replayverify.verifier.suite import SuiteConfig, SuiteError, parse_shard, run_suite
 
+    if junit:
+        out_file_or_exit(junit, "--junit")
     try:
         engines = resolve_engines(engine)
         cfg = SuiteConfig(
@@ -286,6 +325,7 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
         total = len(suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard))
     except SuiteError as exc:
         fail_usage(str(exc))
+    out_dir_or_exit(out_dir)
     summary = _run_streamed(
         lambda executor, tick: run_suite(cfg, on_program=lambda _o, n: tick(n),
                                          executor=executor),
@@ -367,6 +407,7 @@ def generate_cmd(n_programs, seed, family, out_dir) -> None:
         ids = suite_ids(n_programs, seed, family)
     except SuiteError as exc:
         fail_usage(str(exc))
+    out_dir_or_exit(out_dir)
     for pid in ids:
         program, _ = pid.build()
         path = Path(out_dir) / f"{pid}.json"
@@ -406,12 +447,17 @@ def replay(program_id: str, as_json: bool, engine: str | None, mutants: bool,
     from replayverify.verifier.records import run_is_clean
     from replayverify.verifier.suite import ProgramId, SuiteError
 
+    if save:
+        out_file_or_exit(save, "--save")
     try:
         program, _ = ProgramId.parse(program_id).build()
     except SuiteError as exc:
         fail_usage(str(exc))
     if save:
-        save_program(program, save)
+        try:
+            save_program(program, save)
+        except OSError as exc:
+            fail_usage(f"--save {one_line(save, 120)}: {exc.strerror or exc}")
     records = check_program(program, program_id=program_id, engines=resolve_engines(engine),
                             mutants=mutants)
     if as_json:
@@ -436,10 +482,11 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
     """
     from replayverify.engines.profile import profile_card
 
+    if out:
+        out_file_or_exit(out, "--out")
     card = dumps(profile_card(load_or_exit(file, max_bytes)), indent=2)
     if out:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(card + "\n")
+        write_or_exit(out, card + "\n", "--out")
     else:
         click.echo(card)
 
@@ -497,6 +544,7 @@ def cohort(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int,
         total = len(task_ids(cfg))
     except CohortError as exc:
         fail_usage(str(exc))
+    out_dir_or_exit(out_dir)
     summary = _run_streamed(
         lambda executor, tick: run_cohort(cfg, on_task=tick, executor=executor),
         total=total, unit="tasks", label="cohort", dask=dask, dask_batch=dask_batch,

@@ -181,15 +181,24 @@ def read_document(path: Any, *, error: type[InputError] = InputError,
     except TypeError:
         name = shown(path)
     where, what = (name, "") if field is None else (field, f"{name}: ")
+    import stat
+
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            data = b"" if size > max_bytes else fh.read(max_bytes + 1)
+        # a FIFO or device would block open() or never end: regular files only, asked first
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+        size, data = 0, b""
+        if regular:
+            with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                # what the file holds (a byte more, should it grow), never max_bytes up front
+                data = b"" if size > max_bytes else fh.read(min(size, max_bytes) + 1)
     except OSError as exc:
         raise error(where, f"{what}cannot read file ({one_line(exc.strerror or str(exc), 80)})"
                     ) from None
     except (ValueError, TypeError) as exc:  # an embedded NUL, a path of the wrong type
         raise error(where, f"{what}not a usable path ({one_line(str(exc), 80)})") from None
+    if not regular:
+        raise error(where, f"{what}not a regular file")
     if size > max_bytes or len(data) > max_bytes:
         raise error(where, f"{what}file of {max(size, len(data))} bytes exceeds the limit of "
                     f"{max_bytes} bytes")

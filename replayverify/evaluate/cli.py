@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -88,8 +89,10 @@ def evaluate_command(
     usage or an unavailable backend.
     """
     from replayverify.gpu.backend import GpuUnavailable
+    from replayverify.verifier.journal import prepare_dir
 
     try:
+        prepare_dir(Path(out_dir), EvaluateError)
         doc = evaluate(
             out_dir,
             scale=scale,

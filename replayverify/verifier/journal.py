@@ -227,18 +227,19 @@ def _sizes(out: Path, files: dict[str, str], error: type[Exception]) -> dict[str
     return sizes
 
 
-def prepare_dir(out: Path, error: type[Exception]) -> None:
+def prepare_dir(out: Path, error: type[Exception], option: str = "--out") -> None:
     """``out`` made (if missing) and checked to be a writable directory, in one line."""
+    where = f"{option} {one_line(str(out), 120)}"
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise error(f"--out {one_line(str(out), 120)}: not a directory") from None
+        raise error(f"{where}: not a directory") from None
     except OSError as exc:
-        raise error(f"--out {one_line(str(out), 120)}: {exc.strerror or exc}") from None
+        raise error(f"{where}: {exc.strerror or exc}") from None
     if not out.is_dir():
-        raise error(f"--out {one_line(str(out), 120)}: not a directory")
+        raise error(f"{where}: not a directory")
     if not os.access(out, os.W_OK | os.X_OK):
-        raise error(f"--out {one_line(str(out), 120)}: not writable")
+        raise error(f"{where}: not writable")
 
 
 def open_journal(out: Path, meta: dict, files: dict[str, str], *, resume: bool, what: str,

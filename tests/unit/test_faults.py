@@ -181,7 +181,7 @@ def test_an_adapter_whose_run_exits_or_returns_junk_gives_error_records(tmp_path
 @pytest.mark.parametrize(("adapter", "message"), [
     ("MissingRaises", "missing() failed: RuntimeError: no"),
     ("MethodsJunk", "methods() failed: PluginFault: a method returned 'replay', not Method"),
-    ("VersionBytes", "version() failed: PluginFault: version() returned bytes of length 3, not str"),
+    ("VersionBytes", "version() failed: PluginFault: version() returned bytes of length 3"),
 ])
 def test_an_adapter_that_answers_junk_stops_the_cohort_in_one_line(tmp_path, adapter,
                                                                     message):

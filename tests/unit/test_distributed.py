@@ -153,6 +153,7 @@ def test_cohort_on_a_local_cluster_gives_the_records_of_a_local_run(local2, tmp_
     assert len(lines(tmp_path / "local")) == 100
 
 
+@needs_dask  # (DaskExecutor.map imports distributed first)
 def test_task_ids_must_be_unique():
     class Client:
         def nthreads(self):

@@ -29,14 +29,15 @@ def fail_usage(message: str) -> NoReturn:
     sys.exit(2)
 
 
-def out_dir_or_exit(path: str, option: str = "--out") -> None:
-    """A directory for outputs, made if missing, before any work; else one line, exit 2."""
+def out_dir_or_exit(path: str, option: str = "--out", make: bool = False) -> None:
+    """A directory for outputs that can be made writable (with ``make``: made), asked
+    before any work; else one line and exit 2."""
     from pathlib import Path
 
-    from replayverify.verifier.journal import prepare_dir
+    from replayverify.verifier.journal import check_dir, prepare_dir
 
     try:
-        prepare_dir(Path(path), ValueError, option)
+        (prepare_dir if make else check_dir)(Path(path), ValueError, option)
     except ValueError as exc:
         fail_usage(str(exc))
 
@@ -407,7 +408,7 @@ def generate_cmd(n_programs, seed, family, out_dir) -> None:
         ids = suite_ids(n_programs, seed, family)
     except SuiteError as exc:
         fail_usage(str(exc))
-    out_dir_or_exit(out_dir)
+    out_dir_or_exit(out_dir, make=True)
     for pid in ids:
         program, _ = pid.build()
         path = Path(out_dir) / f"{pid}.json"

@@ -15,7 +15,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from replayverify.verifier.executors import Executor, ProcessPool
 from replayverify.verifier.journal import open_journal
 
 TASK_LIMIT = 600.0  # default hard wall-clock limit per task (s): its worker is then killed
+MAX_KEYS = 10**12  # most seed keys of one cohort (the message says 10^12)
 
 
 class CohortError(ValueError):
@@ -74,6 +75,8 @@ def parse_seeds(text: str) -> tuple[int, int]:
                           "420000:420050") from None
     if not 0 <= a < b:
         raise CohortError(f"bad --seeds {text!r}: need 0 <= A < B")
+    if b - a > MAX_KEYS:
+        raise CohortError(f"bad --seeds {text!r}: at most 10^12 keys in one cohort")
     return a, b
 
 
@@ -91,10 +94,47 @@ def check_config(cfg: CohortConfig) -> None:
             raise CohortError(f"unknown cohort family {fam!r}")
 
 
-def task_ids(cfg: CohortConfig) -> list[str]:
+class TaskIds(Sequence[str]):
+    """Every task of the cohort from number ``start`` on, in record order (framework, seed
+    key, family, dtype), each made when asked for: a cohort of any length costs the same
+    few bytes. A slice is a list."""
+
+    def __init__(self, cfg: CohortConfig, start: int = 0) -> None:
+        self.fws, self.fams = cfg.framework_list(), cfg.family_list()
+        self.seeds = range(*cfg.seeds)
+        self.start = start
+        self.n = len(self.fws) * len(self.seeds) * len(self.fams) * len(DTYPES) - start
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(self.n)[i]]
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        rest, dtype = divmod(i % self.n + self.start, len(DTYPES))
+        rest, fam = divmod(rest, len(self.fams))
+        fw, seed = divmod(rest, len(self.seeds))
+        return f"{self.fws[fw]}/{self.fams[fam]}/{self.seeds[seed]}/{DTYPES[dtype]}"
+
+
+def task_ids(cfg: CohortConfig) -> TaskIds:
     """Every task of the cohort, in record order: framework, seed key, family, dtype."""
-    return [f"{fw}/{fam}/{seed}/{dtype}" for fw in cfg.framework_list()
-            for seed in range(*cfg.seeds) for fam in cfg.family_list() for dtype in DTYPES]
+    return TaskIds(cfg)
+
+
+class _Items(Sequence[tuple[str, bool]]):
+    """(task id, extra) for each task from number ``skip`` on, made when asked for."""
+
+    def __init__(self, cfg: CohortConfig, skip: int) -> None:
+        self.ids, self.extra = TaskIds(cfg, skip), cfg.extra
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i):  # (an int: the executors never slice it)
+        return self.ids[i], self.extra
 
 
 def parse_task(task_id: str) -> tuple[str, str, int, str]:
@@ -179,7 +219,7 @@ def run_tasks(cfg: CohortConfig, executor: Executor | None = None,
     depend on it.
     """
     executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, limit=cfg.timeout)
-    items = [(t, cfg.extra) for t in task_ids(cfg)[skip:]]
+    items = _Items(cfg, skip)
     return executor.map(_run_one, items, name=lambda item: item[0], lost=_lost)
 
 

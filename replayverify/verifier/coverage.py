@@ -115,31 +115,52 @@ RATES = (
 )
 
 
+class CoverageTally:
+    """:func:`coverage_summary` kept as counters, one program's statistics at a time (the
+    suite's memory does not grow with its length)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.cells: Counter = Counter()
+        self.refusals: Counter = Counter()
+        self.rates = dict.fromkeys((name for name, _ in RATES), 0)
+
+    def add(self, stats: dict) -> None:
+        c = stats.get("coverage")
+        if c is None:
+            return
+        self.n += 1
+        self.cells.update(c["cells"])
+        self.refusals[c["refusal"]] += bool(c["refusal"])
+        for name, test in RATES:
+            self.rates[name] += bool(test(c))
+
+    def summary(self) -> dict:
+        cells, refusals = self.cells, self.refusals
+        possible = [f"{k}|{vk}|{d}" for k, vk, d in possible_cells()]
+        table: dict = {}
+        for key in possible:
+            k, vk, d = key.split("|")
+            table.setdefault(k, {}).setdefault(vk, {})[d] = cells[key]
+        return {
+            "programs": self.n,
+            "cells": table,
+            "cells_occurred": sum(1 for key in possible if cells[key]),
+            "cells_possible": len(possible),
+            "missing_cells": [key.replace("|", " / ") for key in possible if not cells[key]],
+            "admission_refusals": {k: refusals[k] for k in REFUSALS},
+            "missing_refusals": [k for k in REFUSALS if not refusals[k]],
+            "rates": dict(self.rates),
+        }
+
+
 def coverage_summary(stats: list[dict]) -> dict:
     """The suite's coverage: counts per cell and refusal, what did not occur, and rates
     (programs with each property, of the programs that ran)."""
-    covs = [s["coverage"] for s in stats if "coverage" in s]
-    cells: Counter = Counter()
-    refusals: Counter = Counter()
-    for c in covs:
-        cells.update(c["cells"])
-        refusals[c["refusal"]] += bool(c["refusal"])
-    possible = [f"{k}|{vk}|{d}" for k, vk, d in possible_cells()]
-    table: dict = {}
-    for key in possible:
-        k, vk, d = key.split("|")
-        table.setdefault(k, {}).setdefault(vk, {})[d] = cells[key]
-    n = len(covs)
-    return {
-        "programs": n,
-        "cells": table,
-        "cells_occurred": sum(1 for key in possible if cells[key]),
-        "cells_possible": len(possible),
-        "missing_cells": [key.replace("|", " / ") for key in possible if not cells[key]],
-        "admission_refusals": {k: refusals[k] for k in REFUSALS},
-        "missing_refusals": [k for k in REFUSALS if not refusals[k]],
-        "rates": {name: sum(1 for c in covs if test(c)) for name, test in RATES},
-    }
+    tally = CoverageTally()
+    for s in stats:
+        tally.add(s)
+    return tally.summary()
 
 
 def render_coverage(cov: dict) -> list[str]:

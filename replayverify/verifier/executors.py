@@ -228,8 +228,20 @@ class ProcessPool:
         # two batches in hand keep a worker busy while the parent writes its last results;
         # tasks sent one by one (the cohort's, long) go one at a time, to end together
         ahead = 2 if chunk > 1 else 1
-        todo = deque((range(i, min(i + chunk, len(tasks))), False)
-                     for i in range(0, len(tasks), chunk))
+        # batches made as they are sent (a run of any length holds only those in flight);
+        # ``todo`` holds the ones to send again, each alone, after a worker died
+        fresh = ((range(i, min(i + chunk, len(tasks))), False)
+                 for i in range(0, len(tasks), chunk))
+        todo: deque[tuple[range, bool]] = deque()
+        left = [len(range(0, len(tasks), chunk))]  # fresh batches not yet taken
+
+        def take() -> tuple[range, bool] | None:
+            if todo:
+                return todo.popleft()
+            if left[0]:
+                left[0] -= 1
+                return next(fresh)
+            return None
         ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
         workers: list[_Worker] = []
         done: dict[int, R | _Raised] = {}
@@ -246,8 +258,8 @@ class ProcessPool:
             workers.append(_Worker(process, here, deque(), clock))
 
         def feed(w: _Worker) -> None:
-            while todo and len(w.batches) < ahead:
-                part, alone = todo.popleft()
+            while len(w.batches) < ahead and (item := take()) is not None:
+                part, alone = item
                 try:
                     w.conn.send([tasks[i] for i in part])
                 except OSError:  # it died; its pipe says so to wait() below
@@ -270,11 +282,11 @@ class ProcessPool:
                 again[:0] = [(range(i, i + 1), True) for i in part
                              if not alone and i != culprit]
             todo.extendleft(reversed(again))
-            if todo:
+            if todo or left[0]:
                 start()
 
         try:
-            for _ in range(min(self.workers, len(todo))):
+            for _ in range(min(self.workers, left[0])):
                 start()
             written = 0
             while written < len(tasks):

@@ -227,6 +227,25 @@ def _sizes(out: Path, files: dict[str, str], error: type[Exception]) -> dict[str
     return sizes
 
 
+def check_dir(out: Path, error: type[Exception], option: str = "--out") -> None:
+    """Whether ``out`` could be made a writable directory, asked without making anything:
+    one line (``error``) if it is not a directory, its names are too long, or its nearest
+    existing ancestor is not a writable directory."""
+    where = f"{option} {one_line(str(out), 120)}"
+    if any(len(os.fsencode(part)) > 255 for part in out.parts):
+        raise error(f"{where}: File name too long")
+    at = out
+    try:
+        while not at.exists() and not at.is_symlink() and at != at.parent:
+            at = at.parent
+        if not at.is_dir():
+            raise error(f"{where}: not a directory" + ("" if at == out else f" ({at} is not)"))
+    except OSError as exc:  # a symbolic-link loop
+        raise error(f"{where}: {exc.strerror or exc}") from None
+    if not os.access(at, os.W_OK | os.X_OK):
+        raise error(f"{where}: not writable")
+
+
 def prepare_dir(out: Path, error: type[Exception], option: str = "--out") -> None:
     """``out`` made (if missing) and checked to be a writable directory, in one line."""
     where = f"{option} {one_line(str(out), 120)}"

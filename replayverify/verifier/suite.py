@@ -16,9 +16,10 @@ import gc
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from replayverify.programs.generate import FAMILIES, Generated, generate_with_at
 from replayverify.programs.interpreter import Execution, stale_operands
 from replayverify.programs.model import FLOAT_DTYPES, OP_SPECS, Program, View
 from replayverify.programs.state import layouts
-from replayverify.untrusted import dumps
+from replayverify.untrusted import dumps, shown
 from replayverify.verifier.compare import Verdict
 from replayverify.verifier.coverage import program_coverage
 from replayverify.verifier.executors import Executor, ProcessPool, TaskTimeout, time_limit
@@ -40,6 +41,7 @@ from replayverify.verifier.records import (
     records_from_rows,
 )
 from replayverify.verifier.records import Outcome as Verdicts
+from replayverify.verifier.report import SuiteTally
 
 SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex", "mixed")  # the default mix
 DEFAULT_TIMEOUT = 60.0
@@ -86,14 +88,46 @@ class ProgramId:
         return generate_with_attempts(self.seed, self.index, self.family)
 
 
+MAX_PROGRAMS = 10**15  # a suite's most programs (the message says 10^15): more is refused
+
+
+class SuiteIds(Sequence[ProgramId]):
+    """The programs of a suite, made on demand from their indices (a ``range``): a suite of
+    any length costs the same few bytes until its programs are asked for."""
+
+    def __init__(self, seed: int, family: str | None, indices: range) -> None:
+        self.seed, self.family, self.indices = seed, family, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def _id(self, j: int) -> ProgramId:
+        return ProgramId(self.seed, self.family or SUITE_FAMILIES[j % len(SUITE_FAMILIES)], j)
+
+    @overload
+    def __getitem__(self, i: int) -> ProgramId: ...
+    @overload
+    def __getitem__(self, i: slice) -> SuiteIds: ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return SuiteIds(self.seed, self.family, self.indices[i])
+        return self._id(self.indices[i])
+
+    def __iter__(self) -> Iterator[ProgramId]:
+        return map(self._id, self.indices)
+
+
 def suite_ids(n: int, seed: int, family: str | None = None,
-              shard: tuple[int, int] = (0, 1)) -> list[ProgramId]:
-    """The programs of a suite: index i takes family ``family`` or the i-th of the mix."""
+              shard: tuple[int, int] = (0, 1)) -> SuiteIds:
+    """The programs of a suite: index i takes family ``family`` or the i-th of the mix;
+    with ``shard`` (I, K), the indices i with i mod K = I. Made on demand (a sequence)."""
     if family is not None and family not in FAMILIES:
         raise SuiteError(f"unknown family {family!r} (known: {', '.join(sorted(FAMILIES))})")
+    if not 0 <= n <= MAX_PROGRAMS:
+        raise SuiteError(f"--programs {shown(n)}: a suite has at most 10^15 programs")
     i, k = shard
-    return [ProgramId(seed, family or SUITE_FAMILIES[j % len(SUITE_FAMILIES)], j)
-            for j in range(n) if j % k == i]
+    return SuiteIds(seed, family, range(i, n, k))
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -253,6 +287,20 @@ class SuiteConfig:
     command: str = "replayverify suite"
 
 
+class _Jobs(Sequence[Job]):
+    """The jobs of the programs ``ids``, made as the executor asks for them."""
+
+    def __init__(self, ids: SuiteIds, cfg: SuiteConfig) -> None:
+        self.ids, self.cfg = ids, cfg
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i):  # (an int: the executors never slice it)
+        cfg = self.cfg
+        return Job(self.ids[i], cfg.engines, cfg.mutants, cfg.timeout)
+
+
 def _lost(job: Job, reason: str) -> Outcome:
     """The record of a program whose every worker died (a crash no exception reports)."""
     pid = str(job.pid)
@@ -264,17 +312,23 @@ SUITE_FILES = {"records_bytes": "records.jsonl", "stats_bytes": "programs.jsonl"
 SUITE_ENDS = ("summary.json", "report.md")
 
 
-def _prepare(cfg: SuiteConfig) -> tuple[Journal, list[Record], list[dict]]:
+def _prepare(cfg: SuiteConfig) -> tuple[Journal, SuiteTally]:
     """Open the output directory; on resume, truncated to the last complete program,
-    whose records and statistics are read back."""
+    whose records and statistics are read back into the run's tally, a line at a time."""
     meta = {"programs": cfg.programs, "seed": cfg.seed, "family": cfg.family,
             "shard": list(cfg.shard), "mutants": cfg.mutants,
             "engines": list(cfg.engines) if cfg.engines else None}
     journal = open_journal(cfg.out, meta, SUITE_FILES, resume=cfg.resume, what="suite",
                            error=SuiteError, ends=SUITE_ENDS)
-    stats_path = cfg.out / SUITE_FILES["stats_bytes"]
-    stats = [json.loads(line) for line in stats_path.read_text().splitlines() if line]
-    return journal, read_records(cfg.out / SUITE_FILES["records_bytes"]), stats
+    tally = SuiteTally()
+    if journal.done:
+        for rec in iter_records(cfg.out / SUITE_FILES["records_bytes"]):
+            tally.add_records([rec])
+        with open(cfg.out / SUITE_FILES["stats_bytes"], encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    tally.add_stats(json.loads(line))
+    return journal, tally
 
 
 @contextlib.contextmanager
@@ -322,13 +376,13 @@ def run_suite(cfg: SuiteConfig,
 
     start = time.perf_counter()
     ids = suite_ids(cfg.programs, cfg.seed, cfg.family, cfg.shard)
-    journal, records, stats = _prepare(cfg)
+    journal, tally = _prepare(cfg)
     done = journal.done
     # with a timeout, programs (plug-in engines) run in child processes, killed HARD_GRACE s
     # past it: a hang or os._exit loses only its program ("lost" record)
     executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, batch=BATCH,
                                        limit=cfg.timeout + HARD_GRACE if cfg.timeout else 0)
-    jobs = [Job(pid, cfg.engines, cfg.mutants, cfg.timeout) for pid in ids[done:]]
+    jobs = _Jobs(ids[done:], cfg)
     if on_program is not None and done:
         on_program(None, done)
     with journal:  # DIR is this run's until its outputs are written
@@ -339,20 +393,23 @@ def run_suite(cfg: SuiteConfig,
                     "records_bytes": "".join([r.to_json() + "\n"
                                               for r in outcome.records]).encode(),
                     "stats_bytes": (dumps(line, sort_keys=True) + "\n").encode()})
-                # kept as written, not read back: a record's fields are strings and numbers,
-                # which its JSON line gives back unchanged (tested)
-                records += outcome.records
-                stats.append(line)
+                # counted as written, not read back: a record's fields are strings and
+                # numbers, which its JSON line gives back unchanged (tested)
+                tally.add_records(outcome.records)
+                tally.add_stats(line)
                 if on_program is not None:
                     on_program(outcome, 1)
                 keep()
         failures = []
-        if any(r.failing for r in records):
+        if tally.failing:
             from replayverify.verifier.shrink import shrink_failures  # (only if failing)
 
-            failures = shrink_failures(cfg.out, records, build_program, mutants=cfg.mutants,
+            failures = shrink_failures(cfg.out, tally.failing, build_program,
+                                       mutants=cfg.mutants,
                                        limit=cfg.max_shrink if cfg.shrink else 0)
-        return write_outputs(cfg, records, stats, time.perf_counter() - start, failures)
+        records = cfg.out / SUITE_FILES["records_bytes"]
+        return write_outputs(cfg, tally, time.perf_counter() - start, failures,
+                             lambda: iter_records(records))
 
 
 def build_program(program_id: str) -> Program:
@@ -361,5 +418,12 @@ def build_program(program_id: str) -> Program:
 
 
 def read_records(path: Path) -> list[Record]:
-    return [Record.from_dict(json.loads(line))
-            for line in Path(path).read_text().splitlines() if line]
+    return list(iter_records(path))
+
+
+def iter_records(path: Path) -> Iterator[Record]:
+    """The records of a records.jsonl, one line read at a time."""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield Record.from_dict(json.loads(line))

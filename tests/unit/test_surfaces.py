@@ -39,7 +39,7 @@ def a_file(tmp_path) -> Path:
 
 def outs(tmp_path: Path, a_file: Path) -> dict[str, tuple[str, str]]:
     return {"dev-null": ("/dev/null", "not a directory"),
-            "under-a-file": (str(a_file / "sub"), "Not a directory"),
+            "under-a-file": (str(a_file / "sub"), "ot a directory"),
             "too-long": (str(tmp_path / ("x" * 300)), "too long"),
             "proc": ("/proc/rv-i28/out", "/proc/rv-i28/out")}
 

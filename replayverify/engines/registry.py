@@ -96,9 +96,17 @@ def resolve(spec: str) -> str:
         _RESOLVED[spec] = PolicyEngine(tuple(spec[len("policy:"):].split(",")))
         return spec
     obj = load(spec, kind="engine", accepts=lambda o: isinstance(o, Engine),
-               known=", ".join(_REGISTRY), needs=_NEEDS, also=", or policy:eager,region,...")
+               known=_known(), needs=_NEEDS, also=", or policy:eager,region,...")
     _RESOLVED[spec] = obj
     return spec
+
+
+def _known() -> str:
+    """The known names for a one-line message: the engines, and how many mutants (their
+    names alone would take ~700 characters)."""
+    mutants = mutant_names()
+    return ", ".join(engine_names()) + (f"; {len(mutants)} mutants ({mutants[0]}, ...)"
+                                        if mutants else "")
 
 
 def get(name: str) -> Engine:

@@ -24,8 +24,8 @@ from replayverify.verifier.executors import DaskError
 
 
 def fail_usage(message: str) -> NoReturn:
-    """One line on stderr and exit status 2."""
-    click.echo(f"replayverify: {message}", err=True)
+    """One line on stderr and exit status 2 (control characters escaped, cut at 400)."""
+    click.echo(f"replayverify: {one_line(message, 400)}", err=True)
     sys.exit(2)
 
 

@@ -91,10 +91,10 @@ def load(spec: str, *, kind: str, accepts: Callable[[object], bool], known: str,
     """
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
-        raise ValueError(one_line(f"unknown {unknown or kind} {spec!r}; known: {known} "
+        raise ValueError(one_line(f"unknown {unknown or kind} {shown(spec)}; known: {known} "
                                   f"(or module:attr{also})", 400))
     if module.startswith("."):
-        raise ValueError(one_line(f"cannot load {kind} {spec!r}: a relative module name; "
+        raise ValueError(one_line(f"cannot load {kind} {shown(spec)}: a relative module name; "
                                   "give the module's full dotted name", 400))
     try:
         obj = call(importlib.import_module, module)
@@ -106,7 +106,7 @@ def load(spec: str, *, kind: str, accepts: Callable[[object], bool], known: str,
     except Exception as exc:  # importing or building user code: anything, in one line
         why = str(exc) if isinstance(exc, (ImportError, AttributeError)) else \
             f"{type(exc).__name__}: {exc}"
-        raise ValueError(one_line(f"cannot load {kind} {spec!r}: {why}", 400)) from None
+        raise ValueError(one_line(f"cannot load {kind} {shown(spec)}: {why}", 400)) from None
     if not ok:
         raise ValueError(one_line(not_a(spec, kind, needs), 400))
     return obj

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from replayverify.cohort.adapter import Adapter
 from replayverify.plugins import load, not_a
+from replayverify.untrusted import shown
 
 BUILTIN = {
     "torch": "replayverify.cohort.torch_adapter:TorchAdapter",
@@ -53,7 +54,7 @@ def get(spec: str) -> Adapter:
         return _REGISTRY[spec]
     if spec not in _RESOLVED:
         if "/" in spec:
-            raise ValueError(f"bad cohort framework {spec!r}: names contain no '/'")
+            raise ValueError(f"bad cohort framework {shown(spec)}: names contain no '/'")
         _RESOLVED[spec] = _load(BUILTIN.get(spec, spec))
     return _RESOLVED[spec]
 

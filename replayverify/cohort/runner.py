@@ -30,7 +30,7 @@ from replayverify.cohort.cases import (
 )
 from replayverify.cohort.expected import expected_letter, extra_row
 from replayverify.plugins import call, checked
-from replayverify.untrusted import dumps, one_line
+from replayverify.untrusted import dumps, one_line, shown
 from replayverify.verifier.executors import Executor, ProcessPool
 from replayverify.verifier.journal import open_journal
 
@@ -71,12 +71,12 @@ def parse_seeds(text: str) -> tuple[int, int]:
     try:
         a, b = (int(x) for x in text.split(":"))
     except ValueError:
-        raise CohortError(f"bad --seeds {text!r}: expected A:B, for example "
+        raise CohortError(f"bad --seeds {shown(text)}: expected A:B, for example "
                           "420000:420050") from None
     if not 0 <= a < b:
-        raise CohortError(f"bad --seeds {text!r}: need 0 <= A < B")
+        raise CohortError(f"bad --seeds {shown(text)}: need 0 <= A < B")
     if b - a > MAX_KEYS:
-        raise CohortError(f"bad --seeds {text!r}: at most 10^12 keys in one cohort")
+        raise CohortError(f"bad --seeds {shown(text)}: at most 10^12 keys in one cohort")
     return a, b
 
 
@@ -91,7 +91,7 @@ def check_config(cfg: CohortConfig) -> None:
             raise CohortError(str(exc)) from None
     for fam in cfg.family_list():
         if fam not in FAMILIES and fam not in EXTRA_FAMILIES:
-            raise CohortError(f"unknown cohort family {fam!r}")
+            raise CohortError(f"unknown cohort family {shown(fam)}")
 
 
 class TaskIds(Sequence[str]):

@@ -39,6 +39,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from replayverify.untrusted import shown
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -379,12 +381,12 @@ def parse_address(text: str) -> tuple[str, int | None]:
     if text == "local" or text.startswith("local:"):
         n = text.partition(":")[2]
         if n and not (n.isdigit() and int(n) >= 1):
-            raise DaskError(f"bad --dask {text!r}: local:N needs N >= 1 worker processes")
+            raise DaskError(f"bad --dask {shown(text)}: local:N needs N >= 1 worker processes")
         return "local", int(n) if n else None
     scheme, sep, rest = text.rpartition("://")
     host, colon, port = rest.rpartition(":")
     if not (colon and host and port.isdigit()) or (sep and not scheme):
-        raise DaskError(f"bad --dask {text!r}: expected a scheduler address like "
+        raise DaskError(f"bad --dask {shown(text)}: expected a scheduler address like "
                         "tcp://HOST:8786, or local[:N] for N worker processes here")
     return text, None
 

@@ -70,13 +70,13 @@ class ProgramId:
                 raise ValueError
             seed, family, index = int(parts[0][1:]), parts[1], int(parts[2])
         except ValueError:
-            raise SuiteError(f"bad program id {text!r}: expected s<seed>/<family>/<index>, "
+            raise SuiteError(f"bad program id {shown(text)}: expected s<seed>/<family>/<index>, "
                              "for example s0/derivative/000017") from None
         if family not in FAMILIES:
-            raise SuiteError(f"bad program id {text!r}: unknown family {family!r} "
+            raise SuiteError(f"bad program id {shown(text)}: unknown family {shown(family)} "
                              f"(known: {', '.join(sorted(FAMILIES))})")
         if seed < 0 or index < 0:
-            raise SuiteError(f"bad program id {text!r}: seed and index are non-negative")
+            raise SuiteError(f"bad program id {shown(text)}: seed and index are non-negative")
         return cls(seed, family, index)
 
     def build(self) -> tuple[Program, int]:
@@ -123,7 +123,7 @@ def suite_ids(n: int, seed: int, family: str | None = None,
     """The programs of a suite: index i takes family ``family`` or the i-th of the mix;
     with ``shard`` (I, K), the indices i with i mod K = I. Made on demand (a sequence)."""
     if family is not None and family not in FAMILIES:
-        raise SuiteError(f"unknown family {family!r} (known: {', '.join(sorted(FAMILIES))})")
+        raise SuiteError(f"unknown family {shown(family)} (known: {', '.join(sorted(FAMILIES))})")
     if not 0 <= n <= MAX_PROGRAMS:
         raise SuiteError(f"--programs {shown(n)}: a suite has at most 10^15 programs")
     i, k = shard
@@ -135,9 +135,9 @@ def parse_shard(text: str) -> tuple[int, int]:
     try:
         i, k = (int(x) for x in text.split("/"))
     except ValueError:
-        raise SuiteError(f"bad --shard {text!r}: expected I/K, for example 0/4") from None
+        raise SuiteError(f"bad --shard {shown(text)}: expected I/K, for example 0/4") from None
     if not (k >= 1 and 0 <= i < k):
-        raise SuiteError(f"bad --shard {text!r}: need K >= 1 and 0 <= I < K")
+        raise SuiteError(f"bad --shard {shown(text)}: need K >= 1 and 0 <= I < K")
     return i, k
 
 

@@ -105,7 +105,8 @@ def dask_option(command):
     return click.option(
         "--dask", "dask", metavar="ADDRESS", default=None,
         help="Run on a Dask cluster: a scheduler address (tcp://HOST:8786) or local[:N] for "
-             "N worker processes here (needs the dask extra; see docs/distributed.md). "
+             "N worker processes here, N at most twice the CPUs (at least 4) (needs the dask "
+             "extra; see docs/distributed.md). "
              "Records, --resume (and the suite's --shard) are as for a local run; "
              "--workers is then "
              "ignored.")(command)

@@ -376,12 +376,21 @@ def _run_on_worker(fn: Callable[[T], R], tasks: list[T],
     return [fn(task) for task in tasks]
 
 
+def max_local_workers() -> int:
+    """The most ``local:N`` worker processes: twice this machine's CPUs, at least 4 (each
+    process holds its own interpreter and numpy, ~100 MB; more only compete for CPUs)."""
+    return max(4, 2 * (os.cpu_count() or 1))
+
+
 def parse_address(text: str) -> tuple[str, int | None]:
     """``local`` / ``local:N`` -> ("local", N or None); a scheduler address -> (text, None)."""
     if text == "local" or text.startswith("local:"):
         n = text.partition(":")[2]
-        if n and not (n.isdigit() and int(n) >= 1):
+        if n and not (n.isascii() and n.isdigit() and len(n) < 10 and int(n) >= 1):
             raise DaskError(f"bad --dask {shown(text)}: local:N needs N >= 1 worker processes")
+        if n and int(n) > max_local_workers():
+            raise DaskError(f"bad --dask {shown(text)}: at most {max_local_workers()} local "
+                            "worker processes here (twice the CPUs, at least 4)")
         return "local", int(n) if n else None
     scheme, sep, rest = text.rpartition("://")
     host, colon, port = rest.rpartition(":")

@@ -48,7 +48,8 @@ def test_addresses(text, expected):
     assert parse_address(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["local:0", "local:x", "tcp://host", "host", "://h:1", ""])
+@pytest.mark.parametrize("bad", ["local:0", "local:x", "tcp://host", "host", "://h:1", "",
+                                 "local:99999", "local:" + "9" * 5000, "local:\u0663"])
 def test_bad_addresses_are_refused_in_one_line(bad):
     with pytest.raises(DaskError, match="bad --dask") as info:
         parse_address(bad)

@@ -30,6 +30,7 @@ from replayverify.programs.arrays import ranks, unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
 from replayverify.programs.model import Op, Program
 from replayverify.programs.state import State, ViewLayout, derive_byte_indices
+from replayverify.untrusted import shown
 
 
 def read_fields(op: Op) -> tuple[str, ...]:
@@ -539,7 +540,8 @@ def parse_policy(text: str | Sequence[str]) -> tuple[str, ...]:
     bad = [p for p in items if p not in POLICY_STRATEGIES]
     if bad or not items:
         raise ValueError(f"policy entries must be among {', '.join(POLICY_STRATEGIES)}; "
-                         f"got {', '.join(map(repr, bad)) or 'nothing'}")
+                         f"got {', '.join(map(shown, bad[:3])) or 'nothing'}"
+                         + (f" and {len(bad) - 3} more" if len(bad) > 3 else ""))
     return tuple(items)
 
 

@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 CLIENT = r"""
 import json, resource, sys, time
@@ -77,6 +78,10 @@ def main() -> None:
     ap.add_argument("--programs", type=int, nargs="*", default=[1024, 100_000])
     ap.add_argument("--real", type=int, nargs="*", default=[])
     args = ap.parse_args()
+    import replayverify
+
+    print(f"replayverify from {Path(replayverify.__file__).parent} (the subprocesses run "
+          "with this cwd first on sys.path)")
     print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
     print("| run | programs | records | seconds | peak RSS MiB | above start MiB |")
     print("|---|---:|---:|---:|---:|---:|")

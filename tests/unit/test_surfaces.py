@@ -118,3 +118,29 @@ def test_a_huge_max_bytes_reads_only_what_the_file_holds(tmp_path):
 def test_the_python_api_names_the_argument_it_refuses(kwargs, message):
     with pytest.raises(TypeError, match=message):
         rv.check(EXAMPLE, **kwargs)
+
+
+def test_ids_of_any_suite_or_cohort_are_made_on_demand():
+    from replayverify.cohort.runner import CohortConfig, task_ids
+    from replayverify.verifier.suite import ProgramId, suite_ids
+
+    ids = suite_ids(10**12, 3, shard=(1, 4))  # a list would need ~60 TB
+    assert len(ids) == 25 * 10**10
+    assert ids[-1] == ProgramId(3, "alias", 10**12 - 3) and str(ids[0]) == "s3/bytes/000001"
+    assert [str(p) for p in ids[2:4]] == ["s3/mixed/000009", "s3/complex/000013"]
+    tasks = task_ids(CohortConfig(frameworks=("replayverify",), seeds=(0, 10**11)))
+    assert len(tasks) == 10**12 and tasks[-1].startswith("replayverify/") \
+        and tasks[-1].endswith(f"/{10**11 - 1}/float64")
+    assert tasks[:2] == ["replayverify/local-strided/0/float32",
+                         "replayverify/local-strided/0/float64"]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["generate", "--programs", str(10**20), "--out", "x"], "at most 10^15 programs"),
+    (["suite", "--programs", str(10**16), "--out", "x"], "at most 10^15 programs"),
+    (["cohort", "--seeds", f"0:{10**18}", "--out", "x"], "at most 10^12 keys"),
+])
+def test_absurd_lengths_are_refused_in_one_line(tmp_path, monkeypatch, args, needle):
+    monkeypatch.chdir(tmp_path)
+    one_line_exit_2(args, needle)
+    assert not (tmp_path / "x").exists()

@@ -142,3 +142,62 @@ def exit_worker(task: str) -> str:
         time.sleep(1.0)
         os._exit(3)
     return task
+
+
+# ---------------------------------------------------------------- faulty engine plug-ins
+# (--engine tests.helpers:ExitEngine, ...: tests/unit/test_faults.py and the surface fuzzer)
+
+
+class _FaultyEngine:
+    name = "faulty"
+
+    def fault(self):
+        raise NotImplementedError
+
+    def run(self, program, *, admission=None):
+        return self.fault()
+
+
+class ExitEngine(_FaultyEngine):
+    def fault(self):
+        sys.exit(0)
+
+
+class InterruptEngine(_FaultyEngine):
+    def fault(self):
+        raise KeyboardInterrupt
+
+
+class NoneEngine(_FaultyEngine):
+    def fault(self):
+        return None
+
+
+class RaiseEngine(_FaultyEngine):
+    def fault(self):
+        raise MemoryError("multi\nline")
+
+
+class JunkEngine(_FaultyEngine):
+    def fault(self):
+        return {"gradient": [1.0]}
+
+
+class HangEngine(_FaultyEngine):
+    """Swallows the task's timeout (and everything else) and never returns."""
+
+    def fault(self):
+        import time
+
+        while True:
+            try:
+                time.sleep(0.05)
+            except BaseException:
+                continue
+
+
+class OsExitEngine(_FaultyEngine):
+    def fault(self):
+        import os
+
+        os._exit(7)

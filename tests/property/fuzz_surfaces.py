@@ -200,7 +200,7 @@ LOAD_FAULTS = {
 
 def faulty_engine_case(rng: random.Random, tmp: Path) -> Result:
     if rng.random() < 0.5:
-        engine = f"tests.property.fuzz_surfaces:{rng.choice(ENGINE_FAULTS)}"
+        engine = f"tests.helpers:{rng.choice(ENGINE_FAULTS)}"
         r = Result("faulty-engine", engine)
         res = _invoke(["check", EXAMPLE, "--json", "--engine", engine], r.problems)
         if res.exit_code != 1:
@@ -229,42 +229,6 @@ def faulty_engine_case(rng: random.Random, tmp: Path) -> Result:
         sys.path.remove(str(tmp))
         sys.modules.pop(name, None)
     return r
-
-
-class _Engine:
-    name = "fuzz-faulty"
-
-    def run(self, program, *, admission=None):
-        return self.fault()
-
-
-class ExitEngine(_Engine):
-    def fault(self):
-        sys.exit(rng_code())
-
-
-class InterruptEngine(_Engine):
-    def fault(self):
-        raise KeyboardInterrupt
-
-
-class NoneEngine(_Engine):
-    def fault(self):
-        return None
-
-
-class RaiseEngine(_Engine):
-    def fault(self):
-        raise MemoryError("multi\nline")
-
-
-class JunkEngine(_Engine):
-    def fault(self):
-        return {"gradient": [1.0]}
-
-
-def rng_code() -> int | str | None:
-    return random.choice([0, 1, 3, None, "bye"])
 
 
 # ---------------------------------------------------------------- options

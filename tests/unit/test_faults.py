@@ -17,49 +17,8 @@ from replayverify.engines import registry
 from tests.cohort.test_cohort_core import ToyAdapter
 from tests.helpers import ROOT, child_env
 
-
-class _Engine:
-    name = "faulty"
-
-    def fault(self):
-        raise NotImplementedError
-
-    def run(self, program, *, admission=None):
-        return self.fault()
-
-
-class ExitEngine(_Engine):
-    def fault(self):
-        sys.exit(0)
-
-
-class InterruptEngine(_Engine):
-    def fault(self):
-        raise KeyboardInterrupt
-
-
-class NoneEngine(_Engine):
-    def fault(self):
-        return None
-
-
-class HangEngine(_Engine):
-    """Swallows the task's timeout (and everything else) and never returns."""
-
-    def fault(self):
-        while True:
-            try:
-                time.sleep(0.05)
-            except BaseException:
-                continue
-
-
-class OsExitEngine(_Engine):
-    def fault(self):
-        os._exit(7)
-
-
-HERE = "tests.unit.test_faults"
+HERE = "tests.helpers"  # the faulty engines
+TOYS = "tests.unit.test_faults"  # the faulty adapters
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -171,7 +130,7 @@ def cohort(out: Path, adapter: str, *extra: str) -> subprocess.CompletedProcess:
 ])
 def test_an_adapter_whose_run_exits_or_returns_junk_gives_error_records(tmp_path, adapter,
                                                                          exception):
-    res = cohort(tmp_path / "c", f"{HERE}:{adapter}")
+    res = cohort(tmp_path / "c", f"{TOYS}:{adapter}")
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     recs = [json.loads(x) for x in (tmp_path / "c" / "records.jsonl").read_text().splitlines()]
     assert len(recs) == 20 and {r["outcome"] for r in recs} == {"error"}
@@ -185,7 +144,7 @@ def test_an_adapter_whose_run_exits_or_returns_junk_gives_error_records(tmp_path
 ])
 def test_an_adapter_that_answers_junk_stops_the_cohort_in_one_line(tmp_path, adapter,
                                                                     message):
-    res = cohort(tmp_path / "c", f"{HERE}:{adapter}")
+    res = cohort(tmp_path / "c", f"{TOYS}:{adapter}")
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
 
@@ -196,7 +155,7 @@ def test_an_adapter_that_answers_junk_stops_the_cohort_in_one_line(tmp_path, ada
 ])
 def test_a_hung_or_dying_adapter_stops_the_cohort_in_one_line(tmp_path, adapter, timeout,
                                                                message):
-    res = cohort(tmp_path / "c", f"{HERE}:{adapter}", "--timeout", timeout)
+    res = cohort(tmp_path / "c", f"{TOYS}:{adapter}", "--timeout", timeout)
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import sys
 from typing import NoReturn
 
@@ -45,7 +46,6 @@ def out_dir_or_exit(path: str, option: str = "--out", make: bool = False) -> Non
 def out_file_or_exit(path: str, option: str) -> None:
     """A file an option will write, checked before any work: its directory exists and is
     writable, the name fits, it is not a directory; else one line and exit 2."""
-    import os
 
     shown_path = one_line(path, 120)
     parent = os.path.dirname(os.path.abspath(path))
@@ -314,6 +314,8 @@ def suite(n_programs, seed, family, workers, out_dir, shard, resume, mutants, en
 
     if junit:
         out_file_or_exit(junit, "--junit")
+        if os.path.abspath(junit) == os.path.abspath(out_dir):
+            fail_usage(f"--junit {one_line(junit, 120)}: is --out's directory")
     try:
         engines = resolve_engines(engine)
         cfg = SuiteConfig(
@@ -355,6 +357,9 @@ def _run_streamed(run, *, total: int, unit: str, label: str, dask: str | None,
     except (*errors, DaskError) as exc:
         bar.render_finish()
         fail_usage(str(exc))
+    except OSError as exc:  # the outputs: a disk full, a file made unwritable meanwhile
+        bar.render_finish()
+        fail_usage(f"cannot write {exc.filename or 'the outputs'}: {exc.strerror or exc}")
     except KeyboardInterrupt:
         bar.render_finish()
         click.echo(f"\nreplayverify: interrupted; every finished {unit[:-1]}'s records are in "

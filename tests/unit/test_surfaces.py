@@ -144,3 +144,10 @@ def test_absurd_lengths_are_refused_in_one_line(tmp_path, monkeypatch, args, nee
     monkeypatch.chdir(tmp_path)
     one_line_exit_2(args, needle)
     assert not (tmp_path / "x").exists()
+
+
+def test_junit_at_the_out_directory_is_refused_before_the_run(tmp_path):
+    out = tmp_path / "o"
+    one_line_exit_2(["suite", "--programs", "1", "--workers", "1", "--out", str(out),
+                     "--junit", str(out)], "is --out's directory")
+    assert not out.exists()

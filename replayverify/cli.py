@@ -46,7 +46,6 @@ def out_dir_or_exit(path: str, option: str = "--out", make: bool = False) -> Non
 def out_file_or_exit(path: str, option: str) -> None:
     """A file an option will write, checked before any work: its directory exists and is
     writable, the name fits, it is not a directory; else one line and exit 2."""
-
     shown_path = one_line(path, 120)
     parent = os.path.dirname(os.path.abspath(path))
     why = ("is a directory" if os.path.isdir(path) else

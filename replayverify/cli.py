@@ -89,6 +89,12 @@ def timeout_option(default: float, help: str):
                         callback=_timeout, help=help)
 
 
+ISOLATED_HELP = ("Seconds per program (0, the default: no limit, checked in this process). "
+                 "With a limit, each program is checked in a worker process: past it, an "
+                 "error record; a worker still running 10 s later (an engine that ignores "
+                 "it) or ending itself (os._exit) gives a `lost` error record.")
+
+
 max_bytes_option = click.option(
     "--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
     help="Refuse programs whose buffers total more than this many bytes.",
@@ -197,16 +203,17 @@ def show(file: str, max_bytes: int) -> None:
               help="Check this preservation plan: one of eager, whole, region (or readset) "
                    "per segment, comma-separated. Without --engine only the plan's engine "
                    "runs.")
+@timeout_option(0.0, ISOLATED_HELP)
 @max_bytes_option
 def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], mutants: bool,
-          policy_text: str | None, max_bytes: int) -> None:
+          policy_text: str | None, timeout: float, max_bytes: int) -> None:
     """Run every check on every engine for each program FILE.
 
     One record per (program, check, engine), as JSON Lines with --json or as a table.
     Exit status: 2 if any file is rejected (it gives a ``rejected`` record), else 1 if
     any record is diverge, error or missed, else 0.
     """
-    from replayverify.verifier.check import check_program, rejected_record
+    from replayverify.verifier.check import rejected_record
     from replayverify.verifier.records import run_is_clean
 
     engines = None
@@ -236,7 +243,7 @@ def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], 
             if policy is not None and len(policy.policy) != len(program.segments):
                 fail_usage(f"{path}: --policy has {len(policy.policy)} entries but the program "
                            f"has {len(program.segments)} segments (one entry per segment)")
-            got = check_program(program, program_id=path, engines=engines, mutants=mutants)
+            got = _checked(program, path, engines, mutants, timeout)
         if as_json:
             for r in got:
                 click.echo(r.to_json())
@@ -244,6 +251,17 @@ def check(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str, ...], 
     if not as_json:
         click.echo(_record_table(records, len(files)))
     sys.exit(2 if rejected else 0 if run_is_clean(records) else 1)
+
+
+def _checked(program: Program, program_id: str, engines, mutants: bool, timeout: float):
+    """The records of every check on ``program``: here, or with a ``timeout``, in a worker
+    process (``check_isolated``)."""
+    from replayverify.verifier.check import check_isolated, check_program
+
+    if timeout:
+        return check_isolated(program, timeout=timeout, program_id=program_id,
+                              engines=engines, mutants=mutants)
+    return check_program(program, program_id=program_id, engines=engines, mutants=mutants)
 
 
 def _record_table(records: list, n_files: int) -> str:
@@ -442,14 +460,14 @@ def resolve_engines(spec: str | None) -> tuple[str, ...] | None:
 @click.option("--mutants", is_flag=True, help="Also run the engine mutants as controls.")
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
               help="Also write the rebuilt program to this file.")
+@timeout_option(0.0, ISOLATED_HELP)
 def replay(program_id: str, as_json: bool, engine: str | None, mutants: bool,
-           save: str | None) -> None:
+           save: str | None, timeout: float) -> None:
     """Rebuild suite program ID (s<seed>/<family>/<index>) and check it.
 
     This is the reproducer command printed for every failure of a suite.
     """
     from replayverify.programs.format import save_program
-    from replayverify.verifier.check import check_program
     from replayverify.verifier.records import run_is_clean
     from replayverify.verifier.suite import ProgramId, SuiteError
 
@@ -464,8 +482,7 @@ def replay(program_id: str, as_json: bool, engine: str | None, mutants: bool,
             save_program(program, save)
         except OSError as exc:
             fail_usage(f"--save {one_line(save, 120)}: {exc.strerror or exc}")
-    records = check_program(program, program_id=program_id, engines=resolve_engines(engine),
-                            mutants=mutants)
+    records = _checked(program, program_id, resolve_engines(engine), mutants, timeout)
     if as_json:
         for r in records:
             click.echo(r.to_json())

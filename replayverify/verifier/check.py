@@ -380,6 +380,35 @@ def check_program(
                            mutants=mutants)
 
 
+def check_isolated(program: Program, *, timeout: float, program_id: str | None = None,
+                   engines: Sequence[str | Engine] | None = None,
+                   mutants: bool = False) -> list[Record]:
+    """:func:`check_program` in a worker process: past ``timeout`` seconds one ``error``
+    record says so, and a worker still running ``HARD_GRACE`` s later (an engine that
+    swallows the timeout, or hangs in C) or that ends its process (``os._exit``) is one
+    ``error`` record ``lost: ...``; this process goes on either way."""
+    from replayverify.verifier import executors
+
+    label, sha = program_label(program, program_id), program.sha256
+
+    def one(_: int) -> list[Record]:
+        t0 = time.perf_counter()
+        try:
+            with executors.time_limit(timeout):
+                return check_program(program, program_id=program_id, engines=engines,
+                                     mutants=mutants)
+        except executors.TaskTimeout:
+            v = Verdict(Outcome.ERROR, None, f"timed out after {timeout:g} s")
+            return [make_record(label, sha, Check.PROGRAM, v, time.perf_counter() - t0)]
+
+    def lost(_: int, reason: str) -> list[Record]:
+        return [make_record(label, sha, Check.PROGRAM, Verdict(Outcome.ERROR, None,
+                                                                f"lost: {reason}"))]
+
+    pool = executors.ProcessPool(1, limit=timeout + executors.HARD_GRACE)
+    return next(iter(pool.map(one, [0], name=str, lost=lost)))
+
+
 def rejected_record(program_id: str, reason: str, sha256: str = "") -> Record:
     """The one record of an input file that loading refuses (SPEC §2, §6)."""
     return make_record(program_id, sha256, Check.LOAD,

@@ -49,6 +49,9 @@ CONNECT_TIMEOUT = 30.0  # seconds to reach a scheduler
 WORKER_WAIT = 120.0  # seconds for the first worker to join
 
 
+HARD_GRACE = 10.0  # a task still running this long after its own time limit: worker killed
+
+
 class DaskError(RuntimeError):
     """A Dask cluster that cannot be used (exit status 2 on the command line)."""
 

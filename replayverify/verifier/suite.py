@@ -29,6 +29,7 @@ from replayverify.programs.interpreter import Execution, stale_operands
 from replayverify.programs.model import FLOAT_DTYPES, OP_SPECS, Program, View
 from replayverify.programs.state import layouts
 from replayverify.untrusted import dumps, shown
+from replayverify.verifier import executors
 from replayverify.verifier.compare import Verdict
 from replayverify.verifier.coverage import program_coverage
 from replayverify.verifier.executors import Executor, ProcessPool, TaskTimeout, time_limit
@@ -45,7 +46,6 @@ from replayverify.verifier.report import SuiteTally
 
 SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex", "mixed")  # the default mix
 DEFAULT_TIMEOUT = 60.0
-HARD_GRACE = 10.0  # a program still running this long after its --timeout: worker killed
 BATCH = 16  # programs per message to and from a local worker (see ProcessPool)
 
 
@@ -381,7 +381,8 @@ def run_suite(cfg: SuiteConfig,
     # with a timeout, programs (plug-in engines) run in child processes, killed HARD_GRACE s
     # past it: a hang or os._exit loses only its program ("lost" record)
     executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, batch=BATCH,
-                                       limit=cfg.timeout + HARD_GRACE if cfg.timeout else 0)
+                                       limit=cfg.timeout + executors.HARD_GRACE
+                                       if cfg.timeout else 0)
     jobs = _Jobs(ids[done:], cfg)
     if on_program is not None and done:
         on_program(None, done)

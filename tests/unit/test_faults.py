@@ -57,9 +57,10 @@ def test_a_suite_in_process_with_an_exiting_engine_writes_its_summary(tmp_path):
 
 def test_an_engine_that_swallows_its_timeout_is_killed_and_loses_only_its_program(
         tmp_path, monkeypatch):
+    import replayverify.verifier.executors as executors
     import replayverify.verifier.suite as suite_mod
 
-    monkeypatch.setattr(suite_mod, "HARD_GRACE", 0.5)
+    monkeypatch.setattr(executors, "HARD_GRACE", 0.5)
     engine = registry.resolve(f"{HERE}:HangEngine")
     summary = suite_mod.run_suite(suite_mod.SuiteConfig(
         programs=2, workers=1, timeout=0.2, out=tmp_path, engines=(engine,), shrink=False))
@@ -77,6 +78,32 @@ def test_an_engine_that_ends_its_process_loses_only_its_program(tmp_path):
     assert "Traceback" not in res.stderr
     recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     assert [r["detail"] for r in recs] == ["lost: its worker process died (exit code 7)"] * 2
+
+
+@pytest.mark.parametrize("command", ["check", "replay"])
+def test_check_and_replay_with_a_timeout_contain_an_engine_that_ends_the_process(command):
+    target = str(ROOT / "examples" / "shift-tanh.json") if command == "check" \
+        else "s0/derivative/000001"
+    res = cli(command, target, "--json", "--timeout", "30", "--engine", f"{HERE}:OsExitEngine")
+    assert res.returncode == 1, res.stdout + res.stderr
+    recs = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [(r["check"], r["outcome"], r["detail"]) for r in recs] == \
+        [("program", "error", "lost: its worker process died (exit code 7)")]
+
+
+def test_check_with_a_timeout_kills_an_engine_that_swallows_it(monkeypatch):
+    import replayverify.verifier.executors as executors
+    from replayverify import check
+    from replayverify.programs import load_program
+    from replayverify.verifier.check import check_isolated
+
+    monkeypatch.setattr(executors, "HARD_GRACE", 0.5)
+    program = load_program(ROOT / "examples" / "shift-tanh.json")
+    recs = check_isolated(program, timeout=0.3, engines=(f"{HERE}:HangEngine",))
+    assert [(r.check, r.outcome, r.detail) for r in recs] == \
+        [("program", "error", "lost: it ran past the hard time limit of 0.8 s and was killed")]
+    assert [r.outcome for r in check_isolated(program, timeout=30)] == \
+        [r.outcome for r in check(program)]
 
 
 # ---------------------------------------------------------------- cohort adapters

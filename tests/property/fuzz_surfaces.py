@@ -54,12 +54,16 @@ class Result:
     problems: list[str] = field(default_factory=list)
 
 
-def records_of(out: Path) -> list[dict]:
+def records_of(out: Path) -> list[dict] | str:
+    """The records minus timings, or what made them unreadable."""
     got = []
-    for line in (out / "records.jsonl").read_text().splitlines():
-        d = json.loads(line)
-        d.pop("seconds", None)
-        got.append(d)
+    try:
+        for line in (out / "records.jsonl").read_text().splitlines():
+            d = json.loads(line)
+            d.pop("seconds", None)
+            got.append(d)
+    except (OSError, ValueError) as exc:
+        return f"unreadable records: {type(exc).__name__}"
     return got
 
 

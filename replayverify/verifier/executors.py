@@ -7,7 +7,8 @@ runner stays the only writer of its output, so what it writes, and how ``--resum
 continues it, does not depend on where the tasks ran.
 
 ``ProcessPool`` is the local executor: forked workers, a pipe each, tasks sent in
-batches; a task that kills its worker twice (once alone) is ``lost``. ``DaskExecutor``
+batches; a task that kills its worker twice (once alone), or runs past a hard time
+limit, is ``lost``; workers die with their parent. ``DaskExecutor``
 (the optional ``dask`` extra) submits tasks to a Dask scheduler in a bounded window,
 keyed by run token and task id, lets the scheduler rerun a task whose worker died, and
 asks ``lost(task, reason)`` for the result of a task that every worker it was given to

@@ -4,9 +4,12 @@ Records are identical whatever the worker count (programs finish in id order, ea
 program's records are written and flushed as one block), and a killed run resumes
 to exactly the records of an uninterrupted one: ``progress.jsonl`` holds the suite's
 parameters on its first line and, after each complete program, one appended line with
-the byte lengths of ``records.jsonl`` and ``programs.jsonl``; ``--resume`` truncates
-both to the last complete line and continues with the next program (the mechanics
-are ``verifier/journal.py``'s, which the cohort shares).
+the byte lengths and sha256 digests of ``records.jsonl`` and ``programs.jsonl``;
+``--resume`` proves both are this run's, truncates them to the last complete program
+and continues with the next (the mechanics, and the lock that keeps a second run out,
+are ``verifier/journal.py``'s, which the cohort shares). Program ids are made as they
+are needed and the summary is kept as counters (``report.SuiteTally``): the client's
+memory does not grow with the suite's length.
 """
 
 from __future__ import annotations

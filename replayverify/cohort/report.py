@@ -42,7 +42,8 @@ def render_report(summary: dict, records: list[dict]) -> str:
         has_exp = sum(exp.values()) > 0
         paper = PAPER_CELLS.get(row)
         ok = "-" if not has_exp else ("no" if row in summary["unexpected"] else "yes")
-        obs = _cells(c) + (f" (+{c['unsupported']} unsupported)" if c["unsupported"] else "")
+        obs = _cells(c) + (f" (+{c['unsupported']} unsupported)" if c["unsupported"] else "") \
+            + (f" (+{c['error']} adapter errors)" if c.get("error") else "")
         det = "-" if c["determinism_flagged"] is None else str(c["determinism_flagged"])
         lines.append(f"| {row} | {obs} | {_cells(exp) if has_exp else '-'} | "
                      f"{' / '.join(map(str, paper)) if paper else '-'} | {ok} | {det} |")

@@ -291,7 +291,10 @@ def summarize(cfg: CohortConfig, records: list[dict], seconds: float) -> dict:
                                            "unexpected_records": 0,
                                            "determinism_flagged": None})
         letter = LETTER.get(r["outcome"])
-        cell[letter or "unsupported"] += 1
+        if r["outcome"] == "error":  # the adapter's fault: a key only where one occurred
+            cell["error"] = cell.get("error", 0) + 1
+        else:
+            cell[letter or "unsupported"] += 1
         if r["expected"] is not None:
             cell["expected"][r["expected"]] += 1
             if letter is not None and letter != r["expected"]:

@@ -162,6 +162,10 @@ def test_an_adapter_whose_run_exits_or_returns_junk_gives_error_records(tmp_path
     recs = [json.loads(x) for x in (tmp_path / "c" / "records.jsonl").read_text().splitlines()]
     assert len(recs) == 20 and {r["outcome"] for r in recs} == {"error"}
     assert {json.dumps(r["exception"]) for r in recs} == {json.dumps(exception)}
+    summary = json.loads((tmp_path / "c" / "summary.json").read_text())
+    assert summary["verdict"] == "unexpected"
+    assert summary["table"]["toy replay"]["error"] == 10
+    assert "(+10 adapter errors)" in (tmp_path / "c" / "report.md").read_text()
 
 
 @pytest.mark.parametrize(("adapter", "message"), [

@@ -434,17 +434,22 @@ class DaskExecutor:
             lost: Callable[[T, str], R]) -> Iterator[R]:
         from distributed import as_completed
 
-        names = [name(t) for t in tasks]
-        if len(set(names)) != len(names):
+        # ids made as tasks are submitted (a run of any length holds only its window's);
+        # two tasks in flight under one key would share one result: refused, as is any
+        # repeat among the first window's ids (before anything is submitted)
+        first = [name(tasks[i]) for i in range(min(len(tasks), self.window))]
+        if len(set(first)) != len(first):
             raise ValueError("task ids must be unique within a run")
         members: dict[str, range] = {}  # Dask key -> the tasks it runs
         finished: dict[int, R] = {}
         running = as_completed()
 
         def submit(part: range) -> None:
-            key = f"{self.label}-{self.token}-{names[part.start]}"
+            key = f"{self.label}-{self.token}-{name(tasks[part.start])}"
             if len(part) > 1:
                 key += f"+{len(part) - 1}"
+            if key in members:
+                raise ValueError("task ids must be unique within a run")
             future = self.client.submit(_run_on_worker, fn, [tasks[i] for i in part],
                                         self.fingerprint, key=key)
             members[future.key] = part
@@ -459,7 +464,7 @@ class DaskExecutor:
                     submitted = part.stop
                 future = next(running)
                 part = members.pop(future.key)
-                out = self._result(future, names[part.start])
+                out = self._result(future, name(tasks[part.start]))
                 future.release()
                 if isinstance(out, str) and len(part) > 1:  # lost: find the culprit
                     for i in part:

@@ -71,94 +71,121 @@ class Recorder:
             self.where = (kind, int(k))
 
 
-def calibrate_card(dev: Any, cell: Cell, share: bool, steps: int) -> dict[str, Any]:
-    """A profile card for ``cell``: every uniform policy run ``steps`` times (after one warmup)
-    with per-segment instrumentation.
+def policy_costs(
+    dev: Any, step: Any, option: str, share: bool, steps: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """(starting allocation, per-segment costs) of the uniform policy ``option`` on ``step``,
+    run ``steps`` times (after one warmup) with per-segment instrumentation.
 
-    Per segment and option: ``retained`` is the bytes the segment kept from forward to
-    backward (exact, from the arrays kept); ``temporary`` the largest excess of a forward or
-    backward interval's peak over what was live at its start by the model (persistent bytes
-    plus the retained bytes of segments up to it, and journals still held); ``time`` the
-    segment's forward and backward seconds (mean over steps) plus its share of the final
-    redo (by journal bytes), scaled so that the segments add up to the median time of plain
+    Per segment: ``retained`` is the bytes the segment kept from forward to backward (exact,
+    from the arrays kept); ``temporary`` the largest excess of a forward or backward
+    interval's peak over what was live at its start by the model (persistent bytes plus the
+    retained bytes of segments up to it, and journals still held); ``time`` the segment's
+    forward and backward seconds (mean over steps) plus its share of the final redo (by
+    journal bytes), scaled so that the segments add up to the median time of plain
     (uninstrumented) steps of the same policy (at least five, after a warmup). The
     ``state_*`` parts are the anchor or journal bytes, the transaction's copy of the
     visible state, and the preserve/recover seconds (scaled alike).
     """
     xp = dev.xp
-    step = make_step(xp, cell)
     n = step.segments
-    options: list[dict[str, Any]] = [{} for _ in range(n)]
-    persistent = None
-    for option in OPTIONS:
-        policy = (option,) * n
-        step.reset()
-        execute(dev, step, policy, share)
-        runs = []
-        for _ in range(steps):
-            dev.sync()
-            base = dev.current()
-            tally = sg.Tally()
-            rec = Recorder(dev, n)
-            execute(dev, step, policy, share, phase=rec, tally=tally)
-            rec("end")
-            runs.append((base, tally, rec))
-        # instrumentation (a mark and an allocation reading at every phase) costs more for
-        # options with more phases; it only apportions: each segment's seconds are scaled so
-        # that their sum is the mean of plain, uninstrumented steps of the same policy
-        plain = float(np.median(time_policy(dev, step, policy, share, 1, max(5, steps))["times_s"]))
-        base = min(b for b, _, _ in runs)
-        persistent = base if persistent is None else min(persistent, base)
-        tally = runs[0][1]
-        r = tally.retained
-        journal = [tally.journal[k] for k in range(n)]
-        total_journal = sum(journal) or 1
-        instrumented = statistics.fmean(
-            sum(sum(rec.seconds[k].values()) for k in range(n)) + rec.redo for _, _, rec in runs
-        )
-        scale = plain / instrumented if instrumented > 0 else 1.0
-        for k in range(n):
-            before = sum(r[: k + 1])
-            later_journals = sum(journal[k + 1 :])
-            excess = 0
-            for b, _, rec in runs:
-                excess = max(
-                    excess,
-                    rec.peak["forward"][k] - b - before,
-                    rec.peak["backward"][k] - b - before - later_journals,
-                )
-            secs = [
-                sum(rec.seconds[k].values()) + rec.redo * journal[k] / total_journal
-                for _, _, rec in runs
-            ]
-            state_secs = [
-                rec.seconds[k]["preserve"]
-                + rec.seconds[k]["recover"]
-                + rec.redo * journal[k] / total_journal
-                for _, _, rec in runs
-            ]
-            q = max(0, int(excess))
-            if option == "whole" and tally.transaction[k]:
-                state_tmp = min(q, int(step.state.nbytes))
-            elif option == "region":
-                state_tmp = min(q, journal[k]) if not is_cupy_module(xp) else 0
-            else:
-                state_tmp = 0
-            cost = {"retained": int(r[k]), "temporary": q, "time": scale * statistics.fmean(secs)}
-            if option != "eager":
-                cost.update(
-                    state_retained=int(tally.state_retained[k]),
-                    state_temporary=state_tmp,
-                    state_time=min(scale * statistics.fmean(state_secs), cost["time"]),
-                )
-            options[k][option] = cost
+    policy = (option,) * n
+    step.reset()
+    execute(dev, step, policy, share)
+    runs = []
+    for _ in range(steps):
+        dev.sync()
+        base = dev.current()
+        tally = sg.Tally()
+        rec = Recorder(dev, n)
+        execute(dev, step, policy, share, phase=rec, tally=tally)
+        rec("end")
+        runs.append((base, tally, rec))
+    # instrumentation (a mark and an allocation reading at every phase) costs more for
+    # options with more phases; it only apportions: each segment's seconds are scaled so
+    # that their sum is the median of plain, uninstrumented steps of the same policy
+    plain = float(np.median(time_policy(dev, step, policy, share, 1, max(5, steps))["times_s"]))
+    tally = runs[0][1]
+    r = tally.retained
+    journal = [tally.journal[k] for k in range(n)]
+    total_journal = sum(journal) or 1
+    instrumented = statistics.fmean(
+        sum(sum(rec.seconds[k].values()) for k in range(n)) + rec.redo for _, _, rec in runs
+    )
+    scale = plain / instrumented if instrumented > 0 else 1.0
+    out = []
+    for k in range(n):
+        before = sum(r[: k + 1])
+        later_journals = sum(journal[k + 1 :])
+        excess = 0
+        for b, _, rec in runs:
+            excess = max(
+                excess,
+                rec.peak["forward"][k] - b - before,
+                rec.peak["backward"][k] - b - before - later_journals,
+            )
+        secs = [
+            sum(rec.seconds[k].values()) + rec.redo * journal[k] / total_journal
+            for _, _, rec in runs
+        ]
+        state_secs = [
+            rec.seconds[k]["preserve"]
+            + rec.seconds[k]["recover"]
+            + rec.redo * journal[k] / total_journal
+            for _, _, rec in runs
+        ]
+        q = max(0, int(excess))
+        if option == "whole" and tally.transaction[k]:
+            state_tmp = min(q, int(step.state.nbytes))
+        elif option == "region":
+            state_tmp = min(q, journal[k]) if not is_cupy_module(xp) else 0
+        else:
+            state_tmp = 0
+        cost = {"retained": int(r[k]), "temporary": q, "time": scale * statistics.fmean(secs)}
+        if option != "eager":
+            cost.update(
+                state_retained=int(tally.state_retained[k]),
+                state_temporary=state_tmp,
+                state_time=min(scale * statistics.fmean(state_secs), cost["time"]),
+            )
+        out.append(cost)
+    return min(b for b, _, _ in runs), out
+
+
+def _card(name: str, persistent: int, options: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "format": "replayverify.profile",
         "version": 1,
-        "name": f"evaluate-{cell.name}",
-        "persistent_bytes": int(persistent or 0),
-        "segments": [{"name": f"s{k:02d}", "options": options[k]} for k in range(n)],
+        "name": name,
+        "persistent_bytes": int(persistent),
+        "segments": [{"name": f"s{k:02d}", "options": o} for k, o in enumerate(options)],
     }
+
+
+def calibrate_card(dev: Any, cell: Cell, steps: int) -> dict[str, Any]:
+    """A profile card for ``cell``: every uniform policy (eager, whole, region; whole with
+    one anchor per segment, as a planner's whole option executes) calibrated by
+    :func:`policy_costs`. Its persistent bytes are the least starting allocation seen."""
+    step = make_step(dev.xp, cell)
+    options: list[dict[str, Any]] = [{} for _ in range(step.segments)]
+    persistent = None
+    for option in OPTIONS:
+        base, costs = policy_costs(dev, step, option, False, steps)
+        persistent = base if persistent is None else min(persistent, base)
+        for k, cost in enumerate(costs):
+            options[k][option] = cost
+    return _card(f"evaluate-{cell.name}", persistent or 0, options)
+
+
+def calibrate_shared_whole(dev: Any, cell: Cell, steps: int) -> dict[str, Any]:
+    """The card of the uniform whole method with shared anchors (the paper's whole-snapshot
+    method of Table 8: one snapshot before segment 0, backward restores it once and replays
+    the segments in order). Each segment carries its share of that one run (the first one
+    the anchor), so the card prices that uniform policy only, not any mix: a planner's
+    whole option is priced by :func:`calibrate_card`."""
+    step = make_step(dev.xp, cell)
+    base, costs = policy_costs(dev, step, "whole", True, steps)
+    return _card(f"evaluate-{cell.name}-shared-whole", base, [{"whole": c} for c in costs])
 
 
 def semantic_check(
@@ -218,10 +245,12 @@ def serve(request: dict[str, Any]) -> dict[str, Any]:
         for cdoc in request["cells"]:
             cell = _cell(cdoc["cell"])
             if request["mode"] == "calibrate":
-                out["cells"][cell.name] = calibrate_card(
-                    dev, cell, cdoc["share_card"], request["steps"]
-                )
+                card = {"card": calibrate_card(dev, cell, request["steps"])}
                 dev.release()
+                if cdoc["shared_whole"]:
+                    card["shared_whole"] = calibrate_shared_whole(dev, cell, request["steps"])
+                    dev.release()
+                out["cells"][cell.name] = card
                 continue
             runs = cdoc["runs"]  # [{"key", "policy", "share"}], eager's first
             order = list(range(len(runs)))

@@ -68,10 +68,15 @@ def _uniform(cell: Cell, option: str) -> tuple[str, ...]:
     return (option,) * cell.segments
 
 
-def plan_methods(cell: Cell, card_doc: dict[str, Any]) -> list[dict[str, Any]]:
+def plan_methods(
+    cell: Cell, card_doc: dict[str, Any], shared_doc: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Every (budget, method) of a cell: the policy to execute (or why none), and what the
-    card predicts for it. Uniform methods are the same at every budget."""
+    card predicts for it. Uniform methods are the same at every budget. The whole method
+    of a calibration workload shares one anchor (the paper's whole snapshot) and is
+    predicted by its own card, ``shared_doc``."""
     card = parse_card(card_doc)
+    shared = None if shared_doc is None else parse_card(shared_doc)
     out = []
     for budget in cell.budgets:
         for method in METHODS:
@@ -80,7 +85,7 @@ def plan_methods(cell: Cell, card_doc: dict[str, Any]) -> list[dict[str, Any]]:
             if method in ("eager", "whole", "regions"):
                 option = {"eager": "eager", "whole": "whole", "regions": "region"}[method]
                 policy: tuple[str, ...] | None = _uniform(cell, option)
-                share = method == "whole" and cell.workload != ACTIVATION
+                share = method == "whole" and shared is not None
                 entry["planner"] = None
             else:
                 if method == "state-agnostic":
@@ -103,12 +108,13 @@ def plan_methods(cell: Cell, card_doc: dict[str, Any]) -> list[dict[str, Any]]:
                 entry["predicted_time_s"] = entry["predicted_peak"] = None
                 entry["predicted_above_start"] = None
             else:
-                t, p = policy_cost(card, policy)
+                by = shared if share else card
+                t, p = policy_cost(by, policy)
                 entry.update(
                     infeasible=False,
                     predicted_time_s=t,
                     predicted_peak=p,
-                    predicted_above_start=p - card.persistent_bytes,
+                    predicted_above_start=p - by.persistent_bytes,
                     key=("S:" if share else "") + ",".join(policy),
                 )
             out.append(entry)
@@ -162,21 +168,31 @@ def evaluate(
             "mode": "calibrate",
             "backend": backend,
             "steps": calibration_steps,
-            "cells": [{"cell": asdict(c), "share_card": False} for c in chosen],
+            "cells": [
+                {"cell": asdict(c), "shared_whole": c.workload != ACTIVATION} for c in chosen
+            ],
         }
     )
     device = cal_doc["device"]
     cards: dict[str, dict[str, Any]] = {}
     plans: list[dict[str, Any]] = []
     for cell in chosen:
-        card = cal_doc["cells"][cell.name]
-        text = dumps(card, indent=1) + "\n"
-        (out / "cards" / f"{cell.name}.json").write_text(text, encoding="utf-8")
-        cards[cell.name] = {
-            "path": f"cards/{cell.name}.json",
-            "sha256": hashlib.sha256(text.encode()).hexdigest(),
-        }
-        plans.extend(plan_methods(cell, card))
+        got = cal_doc["cells"][cell.name]
+        cards[cell.name] = {}
+        for part, suffix in (("card", ""), ("shared_whole", ".shared-whole")):
+            if part not in got:
+                continue
+            text = dumps(got[part], indent=1) + "\n"
+            (out / "cards" / f"{cell.name}{suffix}.json").write_text(text, encoding="utf-8")
+            entry = {
+                "path": f"cards/{cell.name}{suffix}.json",
+                "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            }
+            if part == "card":
+                cards[cell.name].update(entry)
+            else:
+                cards[cell.name]["shared_whole"] = entry
+        plans.extend(plan_methods(cell, got["card"], got.get("shared_whole")))
     say(f"calibrated {len(chosen)} cells in {time.perf_counter() - t0:.1f} s")
 
     # execute: every distinct policy of a cell, eager's first, in each fresh process

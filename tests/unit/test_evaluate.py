@@ -131,7 +131,7 @@ def test_executed_peak_equals_the_card_prediction() -> None:
     dev = cal.device("numpy")
     exact = 0
     with dev.tracking():
-        card = parse_card(measure.calibrate_card(dev, cell, False, 2))
+        card = parse_card(measure.calibrate_card(dev, cell, 2))
         lo = plan(card, 0).min_peak
         hi = policy_cost(card, ("eager",) * 6)[1]
         policies = [(o,) * 6 for o in sg.OPTIONS]
@@ -151,6 +151,87 @@ def test_executed_peak_equals_the_card_prediction() -> None:
             else:
                 assert measured <= predicted + 8 * KiB, (policy, measured, predicted)
     assert exact >= 3
+
+
+def retained_formula(step, cell: Cell, option: str, share: bool) -> list[int]:
+    """Bytes each segment keeps from forward to backward, from the cell's geometry alone
+    (docs/evaluate.md, "What each method retains"): N the state, A one activation, J_k
+    segment k's journal (its regions times the granularity)."""
+    n, N = cell.segments, cell.state_bytes
+    A = cell.activation_elements * 4
+    J = [step.layout(k).payload_bytes for k in range(n)]
+    if cell.workload == ACTIVATION:  # eager: h_k and t_k; whole and region also keep h_k
+        per = {"eager": [2 * A] * n, "whole": [A + N] * n, "region": [A + j for j in J]}
+    else:  # eager: a pre-state copy; the carry is nothing
+        anchors = [N] + [0 if share else N] * (n - 1)
+        per = {"eager": [N] * n, "whole": anchors, "region": J}
+    return per[option]
+
+
+UNIFORM = [("eager", False), ("whole", False), ("whole", True), ("region", False)]
+
+
+def test_executed_peak_above_start_equals_the_byte_formula() -> None:
+    """Every uniform method (whole with its own anchors and with one shared anchor) on every
+    workload of the study, at 1/16,384 of the paper's scale: the bytes kept per segment are
+    exactly the geometry formula, and the step's peak above its start exceeds their sum by
+    at most the step's working set — six activation-sized arrays (a replay's activation
+    and output beside backward's four), two write-set or journal-sized arrays (the
+    fancy-index gather and NumPy's journal swap buffer), 16 KiB and 512 bytes per segment of
+    Python objects (journal and anchor records, backward sums)."""
+    from replayverify.evaluate.workloads import paper_cells
+
+    dev = cal.device("numpy")
+    with dev.tracking():
+        for cell in (c.at(16384) for c in paper_cells()):
+            act = cell.workload == ACTIVATION
+            row = cal.ROW_BYTES["queue" if act else cell.workload]
+            for option, share in UNIFORM:
+                if share and act:
+                    continue
+                step = make_step(np, cell)
+                tally = sg.Tally()
+                sg.run_policy(
+                    step,
+                    (option,) * cell.segments,
+                    copy=np.copyto,
+                    share_anchors=share,
+                    tally=tally,
+                )
+                want = retained_formula(step, cell, option, share)
+                assert tally.retained == want, (cell.name, option, share)
+                written = max(s.rows for s in step.sets) * row
+                journal = max(step.layout(k).payload_bytes for k in range(cell.segments))
+                bound = (
+                    6 * cell.activation_elements * 4
+                    + 2 * max(written, journal)
+                    + 16 * KiB
+                    + 512 * cell.segments
+                )
+                step = make_step(np, cell)
+                policy = (option,) * cell.segments
+                peak = measure.time_policy(dev, step, policy, share, 0, 1)["peak_above_start"]
+                excess = peak - sum(want)
+                assert 0 <= excess <= bound, (cell.name, option, share, excess, bound)
+
+
+def test_shared_whole_card_predicts_one_anchor() -> None:
+    """The calibration workloads' whole method keeps one anchor for the step (the paper's
+    whole snapshot); its card prices exactly that (a regression: the per-segment card priced
+    an anchor per segment, 64 times the executed peak), and its executed peak above start
+    matches the prediction within the Python objects of a step (8 KiB)."""
+    dev = cal.device("numpy")
+    with dev.tracking():
+        for workload in cal.WORKLOADS:
+            cell = _calibration(workload)
+            shared = parse_card(measure.calibrate_shared_whole(dev, cell, 1))
+            policy = ("whole",) * cell.segments
+            predicted = policy_cost(shared, policy)[1] - shared.persistent_bytes
+            retained = sum(s.option("whole").retained for s in shared.segments)
+            assert retained == cell.state_bytes
+            step = make_step(np, cell)
+            measured = measure.time_policy(dev, step, policy, True, 1, 2)["peak_above_start"]
+            assert abs(measured - predicted) <= 8 * KiB, (workload, measured, predicted)
 
 
 def test_bootstrap_on_a_known_case() -> None:
@@ -211,6 +292,7 @@ def test_evaluate_command_runs_a_small_study(tmp_path) -> None:
     ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
+
     def strict(token: str):
         raise AssertionError(f"evaluate.json holds the non-JSON token {token}")
 

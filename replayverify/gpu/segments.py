@@ -105,15 +105,18 @@ class Tally:
 def journalled(step: SegmentedStep, policy: Sequence[str]) -> list[bool]:
     """Which segments' writes are journalled: region segments, and later segments whose
     writes overlap the regions of an earlier region segment."""
-    out = []
+    out = [option == "region" for option in policy]
+    if not any(out) or all(out):  # nothing to look up: no region, or every segment journals
+        return out
     seen = None
     for k, option in enumerate(policy):
         lay = step.layout(k)
         if seen is None:
             seen = np.zeros(lay.n_regions, dtype=bool)
-        out.append(option == "region" or bool(seen[lay.regions].any()))
         if option == "region":
             seen[lay.regions] = True
+        elif k > out.index(True):
+            out[k] = bool(seen[lay.regions].any())
     return out
 
 

@@ -210,7 +210,7 @@ def test_executed_peak_above_start_equals_the_byte_formula() -> None:
                 )
                 step = make_step(np, cell)
                 policy = (option,) * cell.segments
-                peak = measure.time_policy(dev, step, policy, share, 0, 1)["peak_above_start"]
+                peak = measure.time_policy(dev, step, policy, share, 1, 1)["peak_above_start"]
                 excess = peak - sum(want)
                 assert 0 <= excess <= bound, (cell.name, option, share, excess, bound)
 

@@ -72,7 +72,7 @@ class Recorder:
 
 
 def policy_costs(
-    dev: Any, step: Any, option: str, share: bool, steps: int
+    dev: Any, cell: Cell, option: str, share: bool, steps: int
 ) -> tuple[int, list[dict[str, Any]]]:
     """(starting allocation, per-segment costs) of the uniform policy ``option`` on ``step``,
     run ``steps`` times (after one warmup) with per-segment instrumentation.
@@ -82,29 +82,36 @@ def policy_costs(
     interval's peak over what was live at its start by the model (persistent bytes plus the
     retained bytes of segments up to it, and journals still held); ``time`` the segment's
     forward and backward seconds (mean over steps) plus its share of the final redo (by
-    journal bytes), scaled so that the segments add up to the median time of plain
-    (uninstrumented) steps of the same policy (at least five, after a warmup). The
-    ``state_*`` parts are the anchor or journal bytes, the transaction's copy of the
-    visible state, and the preserve/recover seconds (scaled alike).
+    journal bytes), scaled so that the segments add up to the least time of plain
+    (uninstrumented) steps of the same policy (at least five, after a warmup): on a shared
+    CPU the least is the step least disturbed by other jobs. The ``state_*`` parts are the
+    anchor or journal bytes, the transaction's copy of the visible state, and the
+    preserve/recover seconds (scaled alike).
+
+    The instrumented steps run with allocation tracking (from before the step is built, so
+    that the starting allocation counts it), the plain ones without: ``tracemalloc`` slows
+    every allocation, and more so for options that make many small ones.
     """
     xp = dev.xp
-    n = step.segments
-    policy = (option,) * n
-    step.reset()
-    execute(dev, step, policy, share)
-    runs = []
-    for _ in range(steps):
-        dev.sync()
-        base = dev.current()
-        tally = sg.Tally()
-        rec = Recorder(dev, n)
-        execute(dev, step, policy, share, phase=rec, tally=tally)
-        rec("end")
-        runs.append((base, tally, rec))
+    with dev.tracking():
+        step = make_step(xp, cell)
+        n = step.segments
+        policy = (option,) * n
+        step.reset()
+        execute(dev, step, policy, share)
+        runs = []
+        for _ in range(steps):
+            dev.sync()
+            base = dev.current()
+            tally = sg.Tally()
+            rec = Recorder(dev, n)
+            execute(dev, step, policy, share, phase=rec, tally=tally)
+            rec("end")
+            runs.append((base, tally, rec))
     # instrumentation (a mark and an allocation reading at every phase) costs more for
     # options with more phases; it only apportions: each segment's seconds are scaled so
     # that their sum is the median of plain, uninstrumented steps of the same policy
-    plain = float(np.median(time_policy(dev, step, policy, share, 1, max(5, steps))["times_s"]))
+    plain = time_policy(dev, step, policy, share, 1, max(5, steps))["time_min_s"]
     tally = runs[0][1]
     r = tally.retained
     journal = [tally.journal[k] for k in range(n)]
@@ -166,11 +173,11 @@ def calibrate_card(dev: Any, cell: Cell, steps: int) -> dict[str, Any]:
     """A profile card for ``cell``: every uniform policy (eager, whole, region; whole with
     one anchor per segment, as a planner's whole option executes) calibrated by
     :func:`policy_costs`. Its persistent bytes are the least starting allocation seen."""
-    step = make_step(dev.xp, cell)
-    options: list[dict[str, Any]] = [{} for _ in range(step.segments)]
+    options: list[dict[str, Any]] = [{} for _ in range(cell.segments)]
     persistent = None
     for option in OPTIONS:
-        base, costs = policy_costs(dev, step, option, False, steps)
+        base, costs = policy_costs(dev, cell, option, False, steps)
+        dev.release()
         persistent = base if persistent is None else min(persistent, base)
         for k, cost in enumerate(costs):
             options[k][option] = cost
@@ -183,9 +190,148 @@ def calibrate_shared_whole(dev: Any, cell: Cell, steps: int) -> dict[str, Any]:
     the segments in order). Each segment carries its share of that one run (the first one
     the anchor), so the card prices that uniform policy only, not any mix: a planner's
     whole option is priced by :func:`calibrate_card`."""
-    step = make_step(dev.xp, cell)
-    base, costs = policy_costs(dev, step, "whole", True, steps)
+    base, costs = policy_costs(dev, cell, "whole", True, steps)
     return _card(f"evaluate-{cell.name}-shared-whole", base, [{"whole": c} for c in costs])
+
+
+# --- the time model: fitted to plain steps of uniform, random and planned policies -----------
+
+FIT_RANDOM = 2  # random mixed policies per cell
+FIT_REPS = 3  # rounds; in each, every policy runs a warmup and a timed step
+FIT_ROUNDS = 3  # re-plan on the fitted card and time new picks at most this many times
+FIT_RIDGE = 0.3  # pull of each scale towards 1 (the uncorrected card)
+FIT_SEED = 20260601
+# the model's parameters: one scale of the card's segment times per option
+TERMS = (("eager", "all"), ("whole", "all"), ("region", "all"))
+
+
+def _term_sums(card: dict[str, Any], policy: tuple[str, ...]) -> np.ndarray:
+    """Per term, the card's seconds that ``policy`` spends in it."""
+    out = np.zeros(len(TERMS))
+    for seg, option in zip(card["segments"], policy):
+        cost = seg["options"][option]
+        state = cost.get("state_time", 0.0)
+        for i, (o, part) in enumerate(TERMS):
+            if o == option:
+                parts = {"all": cost["time"], "compute": cost["time"] - state, "state": state}
+                out[i] += parts[part]
+    return out
+
+
+def fit_scales(
+    card: dict[str, Any], measured: dict[tuple[str, ...], float]
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Per-term scales that make the card's sums match the measured plain step times, by
+    least squares on relative error with a ridge towards 1; with the fit's errors (relative,
+    over the measured policies: before, after, and leaving each policy out)."""
+    policies = list(measured)
+    A = np.array([_term_sums(card, p) / measured[p] for p in policies])
+    used = A.any(axis=0)
+
+    def solve(rows: np.ndarray) -> np.ndarray:
+        k = int(used.sum())
+        lhs = np.vstack([rows[:, used], FIT_RIDGE * np.eye(k)])
+        rhs = np.concatenate([np.ones(len(rows)), FIT_RIDGE * np.ones(k)])
+        scale = np.ones(len(TERMS))
+        scale[used] = np.clip(np.linalg.lstsq(lhs, rhs, rcond=None)[0], 0.5, 2.0)
+        return scale
+
+    scale = solve(A)
+    before = A.sum(axis=1) - 1
+    after = A @ scale - 1
+    loo = np.array(
+        [A[i] @ solve(np.delete(A, i, axis=0)) - 1 for i in range(len(policies))]
+        if len(policies) > 1
+        else [np.nan]
+    )
+
+    def summary(err: np.ndarray) -> dict[str, float]:
+        return {"rms": float(np.sqrt(np.mean(err**2))), "max": float(np.max(np.abs(err)))}
+
+    report = {
+        "terms": [f"{o}/{part}" for o, part in TERMS],
+        "scales": [float(x) for x in scale],
+        "policies": len(policies),
+        "error_before": summary(before),
+        "error_after": summary(after),
+        "error_leave_one_out": summary(loo),
+    }
+    return scale, report
+
+
+def scaled_card(card: dict[str, Any], scale: np.ndarray) -> dict[str, Any]:
+    """``card`` with every option's segment times multiplied by its fitted scale."""
+    factor = {o: float(x) for (o, _), x in zip(TERMS, scale)}
+    out = json.loads(json.dumps(card))
+    for seg in out["segments"]:
+        for option, cost in seg["options"].items():
+            cost["time"] *= factor[option]
+            if "state_time" in cost:
+                cost["state_time"] = min(cost["state_time"] * factor[option], cost["time"])
+    return out
+
+
+def _planned(cell: Cell, card: dict[str, Any]) -> set[tuple[str, ...]]:
+    from replayverify.evaluate.run import plan_methods
+
+    return {tuple(e["policy"]) for e in plan_methods(cell, card) if e["policy"] is not None}
+
+
+def fit_card(dev: Any, cell: Cell, card: dict[str, Any]) -> tuple[dict[str, Any], dict]:
+    """Fit the card's time model to plain steps measured here, and re-plan on it until the
+    planners' picks are all measured (at most ``FIT_ROUNDS`` times).
+
+    Measured: the uniform policies (their plain steps, timed by :func:`calibrate_card`, are
+    the card's sums), ``FIT_RANDOM`` random mixes and every policy a planner picks at the
+    cell's budgets (state-agnostic, eager/whole, joint): ``FIT_REPS`` rounds in
+    which every policy runs a warmup and a timed step (the policies take turns, so that a
+    change of load falls on all; the warmup keeps one policy's allocations from disturbing
+    the next one's timing); a policy's time is its least. Returns the fitted card and
+    the fit's record (scales, errors, every policy's measured and predicted seconds).
+    """
+    step = make_step(dev.xp, cell)
+    n = step.segments
+    rng = np.random.default_rng([FIT_SEED, n])
+    todo = {tuple(str(x) for x in rng.choice(OPTIONS, size=n)) for _ in range(FIT_RANDOM)}
+    # the uniform policies' plain steps were timed by calibrate_card: the card's sums
+    measured = {(o,) * n: float(_term_sums(card, (o,) * n).sum()) for o in OPTIONS}
+    fitted, report = card, None
+    for _ in range(FIT_ROUNDS):
+        todo -= set(measured)
+        if not todo:
+            break
+        measured.update(_time_together(dev, step, sorted(todo)))
+        scale, report = fit_scales(card, measured)
+        fitted = scaled_card(card, scale)
+        todo = _planned(cell, fitted)
+    assert report is not None
+    report["measured"] = [
+        {
+            "policy": ",".join(p),
+            "measured_s": t,
+            "card_s": float(_term_sums(card, p).sum()),
+            "fitted_s": float(_term_sums(fitted, p).sum()),
+        }
+        for p, t in measured.items()
+    ]
+    report["unmeasured_picks"] = sorted(",".join(p) for p in todo - set(measured))
+    return fitted, report
+
+
+def _time_together(
+    dev: Any, step: Any, policies: list[tuple[str, ...]]
+) -> dict[tuple[str, ...], float]:
+    """Least plain step seconds of each policy over ``FIT_REPS`` rounds."""
+    step.reset()
+    times: dict[tuple[str, ...], list[float]] = {p: [] for p in policies}
+    for r in range(FIT_REPS):
+        for p in policies[r % len(policies) :] + policies[: r % len(policies)]:
+            execute(dev, step, p, False)
+            dev.sync()
+            a = dev.mark()
+            execute(dev, step, p, False)
+            times[p].append(dev.elapsed(a, dev.mark()))
+    return {p: float(min(t)) for p, t in times.items()}
 
 
 def semantic_check(
@@ -209,27 +355,38 @@ def semantic_check(
 def time_policy(
     dev: Any, step: Any, policy: tuple[str, ...], share: bool, warmups: int, steps: int
 ) -> dict[str, Any]:
-    """Mean synchronized step time and peak bytes above the step's starting allocation."""
+    """Mean and least synchronized step time (call without allocation tracking: it slows
+    the steps). The least is the step least disturbed by other jobs on a shared CPU."""
     step.reset()
     for _ in range(warmups):
         execute(dev, step, policy, share)
-    times, peaks, starts = [], [], []
+    times = []
     for _ in range(steps):
         dev.sync()
-        dev.reset_peak()
-        base = dev.current()
         a = dev.mark()
         execute(dev, step, policy, share)
         b = dev.mark()
         times.append(dev.elapsed(a, b))
+    return {"time_s": float(np.mean(times)), "time_min_s": float(min(times)), "times_s": times}
+
+
+def peak_policy(
+    dev: Any, step: Any, policy: tuple[str, ...], share: bool, warmups: int, steps: int = 1
+) -> dict[str, Any]:
+    """Peak bytes above the step's starting allocation (largest over ``steps`` steps after
+    ``warmups``) and that starting allocation (call with allocation tracking)."""
+    step.reset()
+    for _ in range(warmups):
+        execute(dev, step, policy, share)
+    peaks, starts = [], []
+    for _ in range(steps):
+        dev.sync()
+        dev.reset_peak()
+        base = dev.current()
+        execute(dev, step, policy, share)
         peaks.append(dev.peak() - base)
         starts.append(base)
-    return {
-        "time_s": float(np.mean(times)),
-        "times_s": times,
-        "peak_above_start": max(peaks),
-        "start_bytes": min(starts),
-    }
+    return {"peak_above_start": max(peaks), "start_bytes": min(starts)}
 
 
 def _cell(doc: dict[str, Any]) -> Cell:
@@ -241,51 +398,58 @@ def serve(request: dict[str, Any]) -> dict[str, Any]:
     """Answer one request: ``{"mode": "calibrate", ...}`` or ``{"mode": "measure", ...}``."""
     dev = cal.device(request["backend"])
     out: dict[str, Any] = {"device": dev.describe(), "cells": {}}
-    with dev.tracking():
-        for cdoc in request["cells"]:
-            cell = _cell(cdoc["cell"])
-            if request["mode"] == "calibrate":
-                card = {"card": calibrate_card(dev, cell, request["steps"])}
+    for cdoc in request["cells"]:
+        cell = _cell(cdoc["cell"])
+        if request["mode"] == "calibrate":
+            raw = calibrate_card(dev, cell, request["steps"])
+            fitted, fit = fit_card(dev, cell, raw)
+            dev.release()
+            card = {"card": fitted, "unfitted": raw, "fit": fit}
+            if cdoc["shared_whole"]:
+                card["shared_whole"] = calibrate_shared_whole(dev, cell, request["steps"])
                 dev.release()
-                if cdoc["shared_whole"]:
-                    card["shared_whole"] = calibrate_shared_whole(dev, cell, request["steps"])
-                    dev.release()
-                out["cells"][cell.name] = card
-                continue
-            runs = cdoc["runs"]  # [{"key", "policy", "share"}], eager's first
-            order = list(range(len(runs)))
-            shift = request["process"] % len(order)
-            order = order[shift:] + order[:shift]  # methods take turns at going first
-            reference: dict[str, bytes] = {}
-            checks = {}
-            for i in range(len(runs)):  # eager first: the reference
-                run = runs[i]
-                ok, why = semantic_check(dev, cell, tuple(run["policy"]), run["share"], reference)
-                checks[run["key"]] = (ok, why)
-            del reference  # eager's results: not held while timing
-            dev.release()
-            step = make_step(dev.xp, cell)
-            rows = {}
-            for i in order:
-                run = runs[i]
-                ok, why = checks[run["key"]]
-                if not ok:
-                    rows[run["key"]] = {"semantic": False, "detail": why}
-                    continue
-                row = time_policy(
-                    dev,
-                    step,
-                    tuple(run["policy"]),
-                    run["share"],
-                    request["warmups"],
-                    request["steps"],
-                )
-                row.update(semantic=True, detail="", position=order.index(i))
-                rows[run["key"]] = row
-            del step
-            dev.release()
-            out["cells"][cell.name] = rows
+            out["cells"][cell.name] = card
+        else:
+            out["cells"][cell.name] = measure_cell(dev, cell, cdoc["runs"], request)
     return out
+
+
+def measure_cell(
+    dev: Any, cell: Cell, runs: list[dict[str, Any]], request: dict[str, Any]
+) -> dict[str, Any]:
+    """Every run's semantic check, then its peak (one step, with allocation tracking from
+    before the step is built; the semantic checks warmed the code paths), then its time
+    (without tracking). ``runs``: ``{"key", "policy", "share"}``, eager's first; the order
+    of the timed runs rotates with the process."""
+    order = list(range(len(runs)))
+    shift = request["process"] % len(order)
+    order = order[shift:] + order[:shift]  # methods take turns at going first
+    rows: dict[str, dict[str, Any]] = {}
+    with dev.tracking():
+        reference: dict[str, bytes] = {}
+        for run in runs:  # eager first: the reference
+            ok, why = semantic_check(dev, cell, tuple(run["policy"]), run["share"], reference)
+            if not ok:
+                rows[run["key"]] = {"semantic": False, "detail": why}
+        del reference  # eager's results: not held while measuring
+        dev.release()
+        step = make_step(dev.xp, cell)
+        for i in order:
+            run = runs[i]
+            if run["key"] not in rows:
+                policy = tuple(run["policy"])
+                rows[run["key"]] = peak_policy(dev, step, policy, run["share"], 0)
+    for i in order:
+        run = runs[i]
+        if rows[run["key"]].get("semantic") is False:
+            continue
+        row = time_policy(
+            dev, step, tuple(run["policy"]), run["share"], request["warmups"], request["steps"]
+        )
+        rows[run["key"]].update(row, semantic=True, detail="", position=order.index(i))
+    del step
+    dev.release()
+    return rows
 
 
 def main() -> None:

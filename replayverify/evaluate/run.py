@@ -179,7 +179,8 @@ def evaluate(
     for cell in chosen:
         got = cal_doc["cells"][cell.name]
         cards[cell.name] = {}
-        for part, suffix in (("card", ""), ("shared_whole", ".shared-whole")):
+        parts = (("card", ""), ("unfitted", ".unfitted"), ("shared_whole", ".shared-whole"))
+        for part, suffix in parts:
             if part not in got:
                 continue
             text = dumps(got[part], indent=1) + "\n"
@@ -191,7 +192,10 @@ def evaluate(
             if part == "card":
                 cards[cell.name].update(entry)
             else:
-                cards[cell.name]["shared_whole"] = entry
+                cards[cell.name][part] = entry
+        for extra in ("fit",):
+            if extra in got:
+                cards[cell.name][extra] = got[extra]
         plans.extend(plan_methods(cell, got["card"], got.get("shared_whole")))
     say(f"calibrated {len(chosen)} cells in {time.perf_counter() - t0:.1f} s")
 
@@ -245,6 +249,7 @@ def evaluate(
     }
     result["summary"] = summarise(result)
     result["comparisons"] = compare(result)
+    result["ranks"] = rank_agreement(result)
     result["seconds"] = time.perf_counter() - t0
     note = plot(result, out / "resource-map.png")
     result["plot"] = note
@@ -293,6 +298,8 @@ def summarise(doc: dict[str, Any]) -> list[dict[str, Any]]:
             if ok:
                 peaks = [r["start_bytes"] + r["peak_above_start"] for r in ok]
                 s["time_s"] = float(np.mean([r["time_s"] for r in ok]))
+                if all("time_min_s" in r for r in ok):  # each process's least step
+                    s["time_min_s"] = float(np.mean([r["time_min_s"] for r in ok]))
                 s["peak"] = int(max(peaks))
                 s["peak_min"] = int(min(peaks))
                 s["peak_above_start"] = int(max(r["peak_above_start"] for r in ok))
@@ -341,10 +348,11 @@ def compare(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 entry["missing"] = "no process measured both"
                 out.append(entry)
                 continue
-            for q in quantities:
-                if q == "time":
-                    va = [ra[p]["time_s"] for p in both]
-                    vb = [rb[p]["time_s"] for p in both]
+            has_min = all("time_min_s" in r for r in (*ra.values(), *rb.values()))
+            for q in quantities + (("time_min",) if has_min else ()):
+                if q in ("time", "time_min"):
+                    va = [ra[p][f"{q}_s"] for p in both]
+                    vb = [rb[p][f"{q}_s"] for p in both]
                 elif kind == "calibration":  # as the calibration (and Table 8): above start
                     va = [ra[p]["peak_above_start"] for p in both]
                     vb = [rb[p]["peak_above_start"] for p in both]
@@ -359,4 +367,69 @@ def compare(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     "processes": r.processes,
                 }
             out.append(entry)
+    return out
+
+
+def _kendall(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Kendall's tau-a between two orderings (None with fewer than two items)."""
+    n = len(x)
+    if n < 2:
+        return None
+    s = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            s += int(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j]))
+    return s / (n * (n - 1) / 2)
+
+
+def rank_agreement(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (cell, budget): the executed policies that fit the budget in every process,
+    ordered by predicted and by measured time (each process's least step, as the card's);
+    Kendall's tau between the two orders, and the joint planner's time over the fastest."""
+    out = []
+    for cdoc in doc["cells"]:
+        for budget in cdoc["budgets"]:
+            seen: dict[str, dict[str, Any]] = {}
+            for s in doc["summary"]:
+                if (s["cell"], s["budget"]) != (cdoc["name"], budget) or s["infeasible"]:
+                    continue
+                if not s.get("processes") or s.get("fits") != s["processes"]:
+                    continue
+                e = next(
+                    e
+                    for e in doc["plans"]
+                    if (e["cell"], e["budget"], e["method"]) == (s["cell"], budget, s["method"])
+                )
+                entry = seen.setdefault(
+                    e["key"],
+                    {
+                        "methods": [],
+                        "predicted_s": s["predicted_time_s"],
+                        "measured_s": s.get("time_min_s", s["time_s"]),
+                    },
+                )
+                entry["methods"].append(s["method"])
+            items = list(seen.values())
+            pred = [i["predicted_s"] for i in items]
+            meas = [i["measured_s"] for i in items]
+            best = min(items, key=lambda i: i["measured_s"]) if items else None
+            joint = next((i for i in items if "joint" in i["methods"]), None)
+            out.append(
+                {
+                    "cell": cdoc["name"],
+                    "budget": budget,
+                    "policies": len(items),
+                    "kendall_tau": _kendall(pred, meas),
+                    "predicted_order": [
+                        i["methods"] for i in sorted(items, key=lambda i: i["predicted_s"])
+                    ],
+                    "measured_order": [
+                        i["methods"] for i in sorted(items, key=lambda i: i["measured_s"])
+                    ],
+                    "joint_over_best": None
+                    if joint is None or best is None
+                    else joint["measured_s"] / best["measured_s"],
+                    "best": None if best is None else best["methods"],
+                }
+            )
     return out

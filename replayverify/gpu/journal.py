@@ -222,8 +222,8 @@ def _byte_view(xp: ModuleType, buf: Any, what: str = "buffer") -> Any:
     if xp is np and type(buf) is np.ndarray:  # the host path: no CuPy check, no new view
         if not buf.flags.c_contiguous:
             raise ValueError(f"{what} must be C-contiguous")
-        if buf.ndim == 1 and (buf.dtype is U8 or buf.dtype == U8):
-            return buf
+        if buf.ndim == 1:
+            return buf if buf.dtype is U8 or buf.dtype == U8 else buf.view(U8)
         return buf.reshape(-1).view(U8)
     if is_cupy_array(buf) != is_cupy_module(xp):
         raise ValueError(f"{what} is a {type(buf).__module__} array but xp is {xp.__name__}")

@@ -144,7 +144,7 @@ def test_executed_peak_equals_the_card_prediction() -> None:
             predicted = policy_cost(card, policy)[1] - card.persistent_bytes
             q = [card.segments[j].option(o).temporary for j, o in enumerate(policy)]
             step = make_step(np, cell)
-            measured = measure.time_policy(dev, step, policy, False, 1, 2)["peak_above_start"]
+            measured = measure.peak_policy(dev, step, policy, False, 1, 2)["peak_above_start"]
             if q[-1] == max(q):
                 assert abs(measured - predicted) <= 8 * KiB, (policy, measured, predicted)
                 exact += 1
@@ -210,7 +210,7 @@ def test_executed_peak_above_start_equals_the_byte_formula() -> None:
                 )
                 step = make_step(np, cell)
                 policy = (option,) * cell.segments
-                peak = measure.time_policy(dev, step, policy, share, 1, 1)["peak_above_start"]
+                peak = measure.peak_policy(dev, step, policy, share, 1)["peak_above_start"]
                 excess = peak - sum(want)
                 assert 0 <= excess <= bound, (cell.name, option, share, excess, bound)
 
@@ -230,7 +230,7 @@ def test_shared_whole_card_predicts_one_anchor() -> None:
             retained = sum(s.option("whole").retained for s in shared.segments)
             assert retained == cell.state_bytes
             step = make_step(np, cell)
-            measured = measure.time_policy(dev, step, policy, True, 1, 2)["peak_above_start"]
+            measured = measure.peak_policy(dev, step, policy, True, 1, 2)["peak_above_start"]
             assert abs(measured - predicted) <= 8 * KiB, (workload, measured, predicted)
 
 
@@ -318,3 +318,39 @@ def test_evaluate_command_refuses_bad_usage(tmp_path) -> None:
     result = CliRunner().invoke(main, ["evaluate", "--out", str(tmp_path), "--cells", "nope"])
     assert result.exit_code == 2 and "unknown cells" in result.output
     assert "Traceback" not in result.output
+
+
+def test_time_model_fit_recovers_known_scales() -> None:
+    """Plain times generated from the card with known per-option scales: the fit finds
+    them (up to its pull towards 1) and its error after is far below its error before."""
+    rng = np.random.default_rng(4)
+    n = 6
+    card = {
+        "segments": [
+            {"options": {o: {"time": float(rng.uniform(1, 3))} for o in sg.OPTIONS}}
+            for _ in range(n)
+        ]
+    }
+    true = {"eager": 1.3, "whole": 0.8, "region": 1.1}
+    policies = {(o,) * n for o in sg.OPTIONS}
+    policies |= {tuple(str(x) for x in rng.choice(sg.OPTIONS, size=n)) for _ in range(8)}
+    measured = {
+        p: sum(true[o] * seg["options"][o]["time"] for seg, o in zip(card["segments"], p))
+        for p in policies
+    }
+    scale, report = measure.fit_scales(card, measured)
+    assert scale == pytest.approx([true[o] for o in sg.OPTIONS], abs=0.05)
+    assert report["error_after"]["max"] < report["error_before"]["max"] / 4
+    fitted = measure.scaled_card(card, scale)
+    assert fitted["segments"][0]["options"]["whole"]["time"] == pytest.approx(
+        scale[1] * card["segments"][0]["options"]["whole"]["time"]
+    )
+
+
+def test_kendall_tau() -> None:
+    from replayverify.evaluate.run import _kendall
+
+    assert _kendall([1, 2, 3], [10, 20, 30]) == 1.0
+    assert _kendall([1, 2, 3], [30, 20, 10]) == -1.0
+    assert _kendall([1, 2, 3], [10, 30, 20]) == pytest.approx(1 / 3)
+    assert _kendall([1], [1]) is None

@@ -281,26 +281,33 @@ def fit_card(dev: Any, cell: Cell, card: dict[str, Any]) -> tuple[dict[str, Any]
     """Fit the card's time model to plain steps measured here, and re-plan on it until the
     planners' picks are all measured (at most ``FIT_ROUNDS`` times).
 
-    Measured: the uniform policies (their plain steps, timed by :func:`calibrate_card`, are
-    the card's sums), ``FIT_RANDOM`` random mixes and every policy a planner picks at the
-    cell's budgets (state-agnostic, eager/whole, joint): ``FIT_REPS`` rounds in
-    which every policy runs a warmup and a timed step (the policies take turns, so that a
-    change of load falls on all; the warmup keeps one policy's allocations from disturbing
-    the next one's timing); a policy's time is its least. Returns the fitted card and
+    Measured: the uniform policies, ``FIT_RANDOM`` random mixes and every policy a planner
+    picks at the cell's budgets (state-agnostic, eager/whole, joint): ``FIT_REPS`` rounds
+    in which every policy runs a warmup and a timed step (the policies take turns, so that
+    a change of load falls on all; the warmup keeps one policy's allocations from
+    disturbing the next one's timing); a policy's time is its least. The uniform policies
+    run in every round and bring later rounds to the first one's speed. Returns the fitted card and
     the fit's record (scales, errors, every policy's measured and predicted seconds).
     """
     step = make_step(dev.xp, cell)
     n = step.segments
     rng = np.random.default_rng([FIT_SEED, n])
+    # the uniform policies are timed again, in every round: times taken minutes apart on a
+    # shared CPU differ by more than a mix differs from the sum of its parts, so a later
+    # round's times are brought to the first round's speed by the uniform policies' ratio
+    uniform = [(o,) * n for o in OPTIONS]
     todo = {tuple(str(x) for x in rng.choice(OPTIONS, size=n)) for _ in range(FIT_RANDOM)}
-    # the uniform policies' plain steps were timed by calibrate_card: the card's sums
-    measured = {(o,) * n: float(_term_sums(card, (o,) * n).sum()) for o in OPTIONS}
+    measured: dict[tuple[str, ...], float] = {}
     fitted, report = card, None
     for _ in range(FIT_ROUNDS):
         todo -= set(measured)
-        if not todo:
+        if not todo and measured:
             break
-        measured.update(_time_together(dev, step, sorted(todo)))
+        now = _time_together(dev, step, sorted(todo | set(uniform)))
+        speed = 1.0
+        if measured:
+            speed = float(np.exp(np.mean([np.log(measured[u] / now[u]) for u in uniform])))
+        measured.update({p: t * speed for p, t in now.items() if p not in measured})
         scale, report = fit_scales(card, measured)
         fitted = scaled_card(card, scale)
         todo = _planned(cell, fitted)

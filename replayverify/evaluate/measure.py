@@ -201,38 +201,35 @@ FIT_REPS = 3  # rounds; in each, every policy runs a warmup and a timed step
 FIT_ROUNDS = 3  # re-plan on the fitted card and time new picks at most this many times
 FIT_RIDGE = 0.3  # pull of each scale towards 1 (the uncorrected card)
 FIT_SEED = 20260601
-# the model's parameters: one scale of the card's segment times per option
-TERMS = (("eager", "all"), ("whole", "all"), ("region", "all"))
 
 
-def _term_sums(card: dict[str, Any], policy: tuple[str, ...]) -> np.ndarray:
-    """Per term, the card's seconds that ``policy`` spends in it."""
-    out = np.zeros(len(TERMS))
-    for seg, option in zip(card["segments"], policy):
-        cost = seg["options"][option]
-        state = cost.get("state_time", 0.0)
-        for i, (o, part) in enumerate(TERMS):
-            if o == option:
-                parts = {"all": cost["time"], "compute": cost["time"] - state, "state": state}
-                out[i] += parts[part]
+def _design(card: dict[str, Any], policy: tuple[str, ...], per_segment: bool) -> np.ndarray:
+    """The card's seconds that ``policy`` spends in each parameter of the time model: per
+    option (eager, whole, region), or per segment and option."""
+    n = len(card["segments"])
+    out = np.zeros(len(OPTIONS) * (n if per_segment else 1))
+    for k, (seg, option) in enumerate(zip(card["segments"], policy)):
+        i = OPTIONS.index(option)
+        out[i + (len(OPTIONS) * k if per_segment else 0)] += seg["options"][option]["time"]
     return out
 
 
 def fit_scales(
-    card: dict[str, Any], measured: dict[tuple[str, ...], float]
+    card: dict[str, Any], measured: dict[tuple[str, ...], float], per_segment: bool = False
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Per-term scales that make the card's sums match the measured plain step times, by
-    least squares on relative error with a ridge towards 1; with the fit's errors (relative,
-    over the measured policies: before, after, and leaving each policy out)."""
+    """Scales of the card's times (one per option, or per segment and option) that make its
+    sums match the measured plain step times, by least squares on relative error with a
+    ridge towards 1, kept in [0.5, 2]; with the fit's errors (predicted / measured - 1 over
+    the measured policies: before, after, and leaving each policy out)."""
     policies = list(measured)
-    A = np.array([_term_sums(card, p) / measured[p] for p in policies])
+    A = np.array([_design(card, p, per_segment) / measured[p] for p in policies])
     used = A.any(axis=0)
 
     def solve(rows: np.ndarray) -> np.ndarray:
         k = int(used.sum())
         lhs = np.vstack([rows[:, used], FIT_RIDGE * np.eye(k)])
         rhs = np.concatenate([np.ones(len(rows)), FIT_RIDGE * np.ones(k)])
-        scale = np.ones(len(TERMS))
+        scale = np.ones(A.shape[1])
         scale[used] = np.clip(np.linalg.lstsq(lhs, rhs, rcond=None)[0], 0.5, 2.0)
         return scale
 
@@ -249,25 +246,28 @@ def fit_scales(
         return {"rms": float(np.sqrt(np.mean(err**2))), "max": float(np.max(np.abs(err)))}
 
     report = {
-        "terms": [f"{o}/{part}" for o, part in TERMS],
-        "scales": [float(x) for x in scale],
         "policies": len(policies),
         "error_before": summary(before),
         "error_after": summary(after),
         "error_leave_one_out": summary(loo),
     }
+    if not per_segment:
+        report["terms"] = list(OPTIONS)
+        report["scales"] = [float(x) for x in scale]
     return scale, report
 
 
 def scaled_card(card: dict[str, Any], scale: np.ndarray) -> dict[str, Any]:
-    """``card`` with every option's segment times multiplied by its fitted scale."""
-    factor = {o: float(x) for (o, _), x in zip(TERMS, scale)}
+    """``card`` with its times multiplied by fitted scales (one per option, or per segment
+    and option)."""
+    per_segment = scale.size > len(OPTIONS)
     out = json.loads(json.dumps(card))
-    for seg in out["segments"]:
+    for k, seg in enumerate(out["segments"]):
         for option, cost in seg["options"].items():
-            cost["time"] *= factor[option]
+            x = float(scale[OPTIONS.index(option) + (len(OPTIONS) * k if per_segment else 0)])
+            cost["time"] *= x
             if "state_time" in cost:
-                cost["state_time"] = min(cost["state_time"] * factor[option], cost["time"])
+                cost["state_time"] = min(cost["state_time"] * x, cost["time"])
     return out
 
 
@@ -309,15 +309,19 @@ def fit_card(dev: Any, cell: Cell, card: dict[str, Any]) -> tuple[dict[str, Any]
             speed = float(np.exp(np.mean([np.log(measured[u] / now[u]) for u in uniform])))
         measured.update({p: t * speed for p, t in now.items() if p not in measured})
         scale, report = fit_scales(card, measured)
-        fitted = scaled_card(card, scale)
+        per_option = scaled_card(card, scale)
+        # then one scale per segment and option, on the residuals: a mix's segments do
+        # not always cost what they cost among their own kind
+        fine, report["per_segment"] = fit_scales(per_option, measured, per_segment=True)
+        fitted = scaled_card(per_option, fine)
         todo = _planned(cell, fitted)
     assert report is not None
     report["measured"] = [
         {
             "policy": ",".join(p),
             "measured_s": t,
-            "card_s": float(_term_sums(card, p).sum()),
-            "fitted_s": float(_term_sums(fitted, p).sum()),
+            "card_s": float(_design(card, p, False).sum()),
+            "fitted_s": float(_design(fitted, p, False).sum()),
         }
         for p, t in measured.items()
     ]

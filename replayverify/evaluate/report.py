@@ -232,14 +232,16 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
         "scaled to their plain steps. The calibration process then times plain steps of the "
         "uniform policies, random mixes and every planner pick at the cell's budgets "
         "(re-planning on the fitted card until its picks are measured) and fits one scale "
-        "per term (the card's eager time, and the compute and state parts of whole and "
-        "region) by least squares on relative error, pulled towards 1. Errors: "
-        "predicted / measured - 1 over the timed policies, RMS and largest, for the card as "
-        "calibrated, as fitted, and fitted without the policy it predicts (leave one out).",
+        "per option by least squares on relative error, pulled towards 1, then one scale "
+        "per segment and option on what remains. Errors: predicted / measured - 1 over the "
+        "timed policies, RMS and largest, for the card as calibrated, as fitted, and "
+        "fitted without the policy it predicts (leave one out).",
         "",
-        "| cell | policies | " + " | ".join(terms) + " | error before (rms / max) | "
-        "after | leave one out |",
-        "|---|---|" + "---|" * len(terms) + "---|---|---|",
+        "| cell | policies | "
+        + " | ".join(f"{t} scale" for t in terms)
+        + " | error before (rms / max) | after | leave one out | per segment: after | "
+        "leave one out |",
+        "|---|---|" + "---|" * len(terms) + "---|---|---|---|---|",
     ]
     for name, f in fits.items():
 
@@ -250,7 +252,13 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
             f"| {name} | {f['policies']} | "
             + " | ".join(f"{x:.3f}" for x in f["scales"])
             + f" | {err(f['error_before'])} | {err(f['error_after'])} | "
-            f"{err(f['error_leave_one_out'])} |"
+            f"{err(f['error_leave_one_out'])} | "
+            + (
+                f"{err(f['per_segment']['error_after'])} | "
+                f"{err(f['per_segment']['error_leave_one_out'])} |"
+                if "per_segment" in f
+                else "— | — |"
+            )
         )
     return lines
 

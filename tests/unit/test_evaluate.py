@@ -354,3 +354,18 @@ def test_kendall_tau() -> None:
     assert _kendall([1, 2, 3], [30, 20, 10]) == -1.0
     assert _kendall([1, 2, 3], [10, 30, 20]) == pytest.approx(1 / 3)
     assert _kendall([1], [1]) is None
+
+
+def test_per_segment_fit_moves_cost_onto_the_segments_that_are_off() -> None:
+    """Measured times in which one segment's whole option costs three times the card's:
+    the per-segment fit raises that segment's whole time and leaves the others near 1."""
+    n = 4
+    card = {"segments": [{"options": {o: {"time": 1.0} for o in sg.OPTIONS}} for _ in range(n)]}
+    rng = np.random.default_rng(2)
+    policies = {tuple(str(x) for x in rng.choice(sg.OPTIONS, size=n)) for _ in range(20)}
+    measured = {p: n + 2.0 * (p[1] == "whole") for p in policies}
+    scale, report = measure.fit_scales(card, measured, per_segment=True)
+    assert scale[3 + 1] > 1.5  # segment 1, whole
+    others = np.delete(scale, 3 + 1)
+    assert np.all(np.abs(others - 1) < 0.35)
+    assert report["error_after"]["max"] < report["error_before"]["max"]

@@ -283,8 +283,9 @@ def fit_card(dev: Any, cell: Cell, card: dict[str, Any]) -> tuple[dict[str, Any]
 
     Measured: the uniform policies, ``FIT_RANDOM`` random mixes and every policy a planner
     picks at the cell's budgets (state-agnostic, eager/whole, joint): ``FIT_REPS`` rounds
-    in which every policy runs a warmup and a timed step (the policies take turns, so that
-    a change of load falls on all; the warmup keeps one policy's allocations from
+    in which every policy runs a warmup and timed steps (one, or more while they add up to
+    less than a third of ``MIN_TIMED_S``; the policies take turns, so that a change of load
+    falls on all; the warmup keeps one policy's allocations from
     disturbing the next one's timing); a policy's time is its least. The uniform policies
     run in every round and bring later rounds to the first one's speed. Returns the fitted card and
     the fit's record (scales, errors, every policy's measured and predicted seconds).
@@ -338,10 +339,13 @@ def _time_together(
     for r in range(FIT_REPS):
         for p in policies[r % len(policies) :] + policies[: r % len(policies)]:
             execute(dev, step, p, False)
-            dev.sync()
-            a = dev.mark()
-            execute(dev, step, p, False)
-            times[p].append(dev.elapsed(a, dev.mark()))
+            spent = 0.0
+            while spent < MIN_TIMED_S / FIT_REPS and len(times[p]) < MAX_STEPS:
+                dev.sync()
+                a = dev.mark()
+                execute(dev, step, p, False)
+                times[p].append(dev.elapsed(a, dev.mark()))
+                spent += times[p][-1]
     return {p: float(min(t)) for p, t in times.items()}
 
 
@@ -363,16 +367,22 @@ def semantic_check(
     return True, ""
 
 
+MIN_TIMED_S = 0.1  # short steps are repeated until they add up to this
+MAX_STEPS = 50
+
+
 def time_policy(
     dev: Any, step: Any, policy: tuple[str, ...], share: bool, warmups: int, steps: int
 ) -> dict[str, Any]:
-    """Mean and least synchronized step time (call without allocation tracking: it slows
-    the steps). The least is the step least disturbed by other jobs on a shared CPU."""
+    """Mean and least synchronized step time over ``steps`` steps, or more while they add up
+    to less than ``MIN_TIMED_S`` (at most ``MAX_STEPS``): a step of a few milliseconds is
+    at the mercy of the scheduler on a shared CPU. Call without allocation tracking (it
+    slows the steps). The least is the step least disturbed by other jobs."""
     step.reset()
     for _ in range(warmups):
         execute(dev, step, policy, share)
-    times = []
-    for _ in range(steps):
+    times: list[float] = []
+    while len(times) < steps or (sum(times) < MIN_TIMED_S and len(times) < MAX_STEPS):
         dev.sync()
         a = dev.mark()
         execute(dev, step, policy, share)

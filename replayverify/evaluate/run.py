@@ -49,6 +49,14 @@ def source_sha256() -> str:
     return h.hexdigest()
 
 
+# glibc's allocator keeps what a process frees (no trimming, a fixed mmap threshold of 32
+# MiB, its maximum), as CuPy's pool and PyTorch's caching allocator do: otherwise whether a
+# step's arrays come from pages the allocator kept or from fresh pages the kernel must
+# fault in and zero depends on the allocator's history, and a step's time with it (a factor
+# up to five for eager steps that keep 128 MiB). Other C libraries ignore these variables.
+ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+
+
 def _spawn(request: dict[str, Any]) -> dict[str, Any]:
     """Run one request in a fresh Python process (``python -m replayverify.evaluate.measure``)."""
     proc = subprocess.run(
@@ -56,7 +64,7 @@ def _spawn(request: dict[str, Any]) -> dict[str, Any]:
         input=json.dumps(request),
         capture_output=True,
         text=True,
-        env=os.environ.copy(),
+        env={**os.environ, **ALLOCATOR_ENV},
     )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -246,6 +254,7 @@ def evaluate(
         "plans": plans,
         "rows": rows,
         "load_average": {"start": load_start, "end": _loadavg()},
+        "allocator_env": ALLOCATOR_ENV,
     }
     result["summary"] = summarise(result)
     result["comparisons"] = compare(result)

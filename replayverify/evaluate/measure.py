@@ -71,26 +71,31 @@ class Recorder:
             self.where = (kind, int(k))
 
 
-def calibrate_card(dev: Any, cell: Cell, share: bool, steps: int) -> dict[str, Any]:
-    """A profile card for ``cell``: every uniform policy run ``steps`` times (after one warmup)
-    with per-segment instrumentation.
+def policy_costs(
+    dev: Any, cell: Cell, option: str, share: bool, steps: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """(starting allocation, per-segment costs) of the uniform policy ``option`` on ``step``,
+    run ``steps`` times (after one warmup) with per-segment instrumentation.
 
-    Per segment and option: ``retained`` is the bytes the segment kept from forward to
-    backward (exact, from the arrays kept); ``temporary`` the largest excess of a forward or
-    backward interval's peak over what was live at its start by the model (persistent bytes
-    plus the retained bytes of segments up to it, and journals still held); ``time`` the
-    segment's forward and backward seconds (mean over steps) plus its share of the final
-    redo (by journal bytes), scaled so that the segments add up to the median time of plain
-    (uninstrumented) steps of the same policy (at least five, after a warmup). The
-    ``state_*`` parts are the anchor or journal bytes, the transaction's copy of the
-    visible state, and the preserve/recover seconds (scaled alike).
+    Per segment: ``retained`` is the bytes the segment kept from forward to backward (exact,
+    from the arrays kept); ``temporary`` the largest excess of a forward or backward
+    interval's peak over what was live at its start by the model (persistent bytes plus the
+    retained bytes of segments up to it, and journals still held); ``time`` the segment's
+    forward and backward seconds (mean over steps) plus its share of the final redo (by
+    journal bytes), scaled so that the segments add up to the least time of plain
+    (uninstrumented) steps of the same policy (at least five, after a warmup): on a shared
+    CPU the least is the step least disturbed by other jobs. The ``state_*`` parts are the
+    anchor or journal bytes, the transaction's copy of the visible state, and the
+    preserve/recover seconds (scaled alike).
+
+    The instrumented steps run with allocation tracking (from before the step is built, so
+    that the starting allocation counts it), the plain ones without: ``tracemalloc`` slows
+    every allocation, and more so for options that make many small ones.
     """
     xp = dev.xp
-    step = make_step(xp, cell)
-    n = step.segments
-    options: list[dict[str, Any]] = [{} for _ in range(n)]
-    persistent = None
-    for option in OPTIONS:
+    with dev.tracking():
+        step = make_step(xp, cell)
+        n = step.segments
         policy = (option,) * n
         step.reset()
         execute(dev, step, policy, share)
@@ -103,62 +108,245 @@ def calibrate_card(dev: Any, cell: Cell, share: bool, steps: int) -> dict[str, A
             execute(dev, step, policy, share, phase=rec, tally=tally)
             rec("end")
             runs.append((base, tally, rec))
-        # instrumentation (a mark and an allocation reading at every phase) costs more for
-        # options with more phases; it only apportions: each segment's seconds are scaled so
-        # that their sum is the mean of plain, uninstrumented steps of the same policy
-        plain = float(np.median(time_policy(dev, step, policy, share, 1, max(5, steps))["times_s"]))
-        base = min(b for b, _, _ in runs)
-        persistent = base if persistent is None else min(persistent, base)
-        tally = runs[0][1]
-        r = tally.retained
-        journal = [tally.journal[k] for k in range(n)]
-        total_journal = sum(journal) or 1
-        instrumented = statistics.fmean(
-            sum(sum(rec.seconds[k].values()) for k in range(n)) + rec.redo for _, _, rec in runs
-        )
-        scale = plain / instrumented if instrumented > 0 else 1.0
-        for k in range(n):
-            before = sum(r[: k + 1])
-            later_journals = sum(journal[k + 1 :])
-            excess = 0
-            for b, _, rec in runs:
-                excess = max(
-                    excess,
-                    rec.peak["forward"][k] - b - before,
-                    rec.peak["backward"][k] - b - before - later_journals,
-                )
-            secs = [
-                sum(rec.seconds[k].values()) + rec.redo * journal[k] / total_journal
-                for _, _, rec in runs
-            ]
-            state_secs = [
-                rec.seconds[k]["preserve"]
-                + rec.seconds[k]["recover"]
-                + rec.redo * journal[k] / total_journal
-                for _, _, rec in runs
-            ]
-            q = max(0, int(excess))
-            if option == "whole" and tally.transaction[k]:
-                state_tmp = min(q, int(step.state.nbytes))
-            elif option == "region":
-                state_tmp = min(q, journal[k]) if not is_cupy_module(xp) else 0
-            else:
-                state_tmp = 0
-            cost = {"retained": int(r[k]), "temporary": q, "time": scale * statistics.fmean(secs)}
-            if option != "eager":
-                cost.update(
-                    state_retained=int(tally.state_retained[k]),
-                    state_temporary=state_tmp,
-                    state_time=min(scale * statistics.fmean(state_secs), cost["time"]),
-                )
-            options[k][option] = cost
+    # instrumentation (a mark and an allocation reading at every phase) costs more for
+    # options with more phases; it only apportions: each segment's seconds are scaled so
+    # that their sum is the median of plain, uninstrumented steps of the same policy
+    plain = time_policy(dev, step, policy, share, 1, max(5, steps))["time_min_s"]
+    tally = runs[0][1]
+    r = tally.retained
+    journal = [tally.journal[k] for k in range(n)]
+    total_journal = sum(journal) or 1
+    instrumented = statistics.fmean(
+        sum(sum(rec.seconds[k].values()) for k in range(n)) + rec.redo for _, _, rec in runs
+    )
+    scale = plain / instrumented if instrumented > 0 else 1.0
+    out = []
+    for k in range(n):
+        before = sum(r[: k + 1])
+        later_journals = sum(journal[k + 1 :])
+        excess = 0
+        for b, _, rec in runs:
+            excess = max(
+                excess,
+                rec.peak["forward"][k] - b - before,
+                rec.peak["backward"][k] - b - before - later_journals,
+            )
+        secs = [
+            sum(rec.seconds[k].values()) + rec.redo * journal[k] / total_journal
+            for _, _, rec in runs
+        ]
+        state_secs = [
+            rec.seconds[k]["preserve"]
+            + rec.seconds[k]["recover"]
+            + rec.redo * journal[k] / total_journal
+            for _, _, rec in runs
+        ]
+        q = max(0, int(excess))
+        if option == "whole" and tally.transaction[k]:
+            state_tmp = min(q, int(step.state.nbytes))
+        elif option == "region":
+            state_tmp = min(q, journal[k]) if not is_cupy_module(xp) else 0
+        else:
+            state_tmp = 0
+        cost = {"retained": int(r[k]), "temporary": q, "time": scale * statistics.fmean(secs)}
+        if option != "eager":
+            cost.update(
+                state_retained=int(tally.state_retained[k]),
+                state_temporary=state_tmp,
+                state_time=min(scale * statistics.fmean(state_secs), cost["time"]),
+            )
+        out.append(cost)
+    return min(b for b, _, _ in runs), out
+
+
+def _card(name: str, persistent: int, options: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "format": "replayverify.profile",
         "version": 1,
-        "name": f"evaluate-{cell.name}",
-        "persistent_bytes": int(persistent or 0),
-        "segments": [{"name": f"s{k:02d}", "options": options[k]} for k in range(n)],
+        "name": name,
+        "persistent_bytes": int(persistent),
+        "segments": [{"name": f"s{k:02d}", "options": o} for k, o in enumerate(options)],
     }
+
+
+def calibrate_card(dev: Any, cell: Cell, steps: int) -> dict[str, Any]:
+    """A profile card for ``cell``: every uniform policy (eager, whole, region; whole with
+    one anchor per segment, as a planner's whole option executes) calibrated by
+    :func:`policy_costs`. Its persistent bytes are the least starting allocation seen."""
+    options: list[dict[str, Any]] = [{} for _ in range(cell.segments)]
+    persistent = None
+    for option in OPTIONS:
+        base, costs = policy_costs(dev, cell, option, False, steps)
+        dev.release()
+        persistent = base if persistent is None else min(persistent, base)
+        for k, cost in enumerate(costs):
+            options[k][option] = cost
+    return _card(f"evaluate-{cell.name}", persistent or 0, options)
+
+
+def calibrate_shared_whole(dev: Any, cell: Cell, steps: int) -> dict[str, Any]:
+    """The card of the uniform whole method with shared anchors (the paper's whole-snapshot
+    method of Table 8: one snapshot before segment 0, backward restores it once and replays
+    the segments in order). Each segment carries its share of that one run (the first one
+    the anchor), so the card prices that uniform policy only, not any mix: a planner's
+    whole option is priced by :func:`calibrate_card`."""
+    base, costs = policy_costs(dev, cell, "whole", True, steps)
+    return _card(f"evaluate-{cell.name}-shared-whole", base, [{"whole": c} for c in costs])
+
+
+# --- the time model: fitted to plain steps of uniform, random and planned policies -----------
+
+FIT_RANDOM = 2  # random mixed policies per cell
+FIT_REPS = 3  # rounds; in each, every policy runs a warmup and a timed step
+FIT_ROUNDS = 3  # re-plan on the fitted card and time new picks at most this many times
+FIT_RIDGE = 0.3  # pull of each scale towards 1 (the uncorrected card)
+FIT_SEED = 20260601
+
+
+def _design(card: dict[str, Any], policy: tuple[str, ...], per_segment: bool) -> np.ndarray:
+    """The card's seconds that ``policy`` spends in each parameter of the time model: per
+    option (eager, whole, region), or per segment and option."""
+    n = len(card["segments"])
+    out = np.zeros(len(OPTIONS) * (n if per_segment else 1))
+    for k, (seg, option) in enumerate(zip(card["segments"], policy)):
+        i = OPTIONS.index(option)
+        out[i + (len(OPTIONS) * k if per_segment else 0)] += seg["options"][option]["time"]
+    return out
+
+
+def fit_scales(
+    card: dict[str, Any], measured: dict[tuple[str, ...], float], per_segment: bool = False
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Scales of the card's times (one per option, or per segment and option) that make its
+    sums match the measured plain step times, by least squares on relative error with a
+    ridge towards 1, kept in [0.5, 2]; with the fit's errors (predicted / measured - 1 over
+    the measured policies: before, after, and leaving each policy out)."""
+    policies = list(measured)
+    A = np.array([_design(card, p, per_segment) / measured[p] for p in policies])
+    used = A.any(axis=0)
+
+    def solve(rows: np.ndarray) -> np.ndarray:
+        k = int(used.sum())
+        lhs = np.vstack([rows[:, used], FIT_RIDGE * np.eye(k)])
+        rhs = np.concatenate([np.ones(len(rows)), FIT_RIDGE * np.ones(k)])
+        scale = np.ones(A.shape[1])
+        scale[used] = np.clip(np.linalg.lstsq(lhs, rhs, rcond=None)[0], 0.5, 2.0)
+        return scale
+
+    scale = solve(A)
+    before = A.sum(axis=1) - 1
+    after = A @ scale - 1
+    loo = np.array(
+        [A[i] @ solve(np.delete(A, i, axis=0)) - 1 for i in range(len(policies))]
+        if len(policies) > 1
+        else [np.nan]
+    )
+
+    def summary(err: np.ndarray) -> dict[str, float]:
+        return {"rms": float(np.sqrt(np.mean(err**2))), "max": float(np.max(np.abs(err)))}
+
+    report = {
+        "policies": len(policies),
+        "error_before": summary(before),
+        "error_after": summary(after),
+        "error_leave_one_out": summary(loo),
+    }
+    if not per_segment:
+        report["terms"] = list(OPTIONS)
+        report["scales"] = [float(x) for x in scale]
+    return scale, report
+
+
+def scaled_card(card: dict[str, Any], scale: np.ndarray) -> dict[str, Any]:
+    """``card`` with its times multiplied by fitted scales (one per option, or per segment
+    and option)."""
+    per_segment = scale.size > len(OPTIONS)
+    out = json.loads(json.dumps(card))
+    for k, seg in enumerate(out["segments"]):
+        for option, cost in seg["options"].items():
+            x = float(scale[OPTIONS.index(option) + (len(OPTIONS) * k if per_segment else 0)])
+            cost["time"] *= x
+            if "state_time" in cost:
+                cost["state_time"] = min(cost["state_time"] * x, cost["time"])
+    return out
+
+
+def _planned(cell: Cell, card: dict[str, Any]) -> set[tuple[str, ...]]:
+    from replayverify.evaluate.run import plan_methods
+
+    return {tuple(e["policy"]) for e in plan_methods(cell, card) if e["policy"] is not None}
+
+
+def fit_card(dev: Any, cell: Cell, card: dict[str, Any]) -> tuple[dict[str, Any], dict]:
+    """Fit the card's time model to plain steps measured here, and re-plan on it until the
+    planners' picks are all measured (at most ``FIT_ROUNDS`` times).
+
+    Measured: the uniform policies, ``FIT_RANDOM`` random mixes and every policy a planner
+    picks at the cell's budgets (state-agnostic, eager/whole, joint): ``FIT_REPS`` rounds
+    in which every policy runs a warmup and timed steps (one, or more while they add up to
+    less than a third of ``MIN_TIMED_S``; the policies take turns, so that a change of load
+    falls on all; the warmup keeps one policy's allocations from
+    disturbing the next one's timing); a policy's time is its least. The uniform policies
+    run in every round and bring later rounds to the first one's speed. Returns the fitted card and
+    the fit's record (scales, errors, every policy's measured and predicted seconds).
+    """
+    step = make_step(dev.xp, cell)
+    n = step.segments
+    rng = np.random.default_rng([FIT_SEED, n])
+    # the uniform policies are timed again, in every round: times taken minutes apart on a
+    # shared CPU differ by more than a mix differs from the sum of its parts, so a later
+    # round's times are brought to the first round's speed by the uniform policies' ratio
+    uniform = [(o,) * n for o in OPTIONS]
+    todo = {tuple(str(x) for x in rng.choice(OPTIONS, size=n)) for _ in range(FIT_RANDOM)}
+    measured: dict[tuple[str, ...], float] = {}
+    fitted, report = card, None
+    for _ in range(FIT_ROUNDS):
+        todo -= set(measured)
+        if not todo and measured:
+            break
+        now = _time_together(dev, step, sorted(todo | set(uniform)))
+        speed = 1.0
+        if measured:
+            speed = float(np.exp(np.mean([np.log(measured[u] / now[u]) for u in uniform])))
+        measured.update({p: t * speed for p, t in now.items() if p not in measured})
+        scale, report = fit_scales(card, measured)
+        per_option = scaled_card(card, scale)
+        # then one scale per segment and option, on the residuals: a mix's segments do
+        # not always cost what they cost among their own kind
+        fine, report["per_segment"] = fit_scales(per_option, measured, per_segment=True)
+        fitted = scaled_card(per_option, fine)
+        todo = _planned(cell, fitted)
+    assert report is not None
+    report["measured"] = [
+        {
+            "policy": ",".join(p),
+            "measured_s": t,
+            "card_s": float(_design(card, p, False).sum()),
+            "fitted_s": float(_design(fitted, p, False).sum()),
+        }
+        for p, t in measured.items()
+    ]
+    report["unmeasured_picks"] = sorted(",".join(p) for p in todo - set(measured))
+    return fitted, report
+
+
+def _time_together(
+    dev: Any, step: Any, policies: list[tuple[str, ...]]
+) -> dict[tuple[str, ...], float]:
+    """Least plain step seconds of each policy over ``FIT_REPS`` rounds."""
+    step.reset()
+    times: dict[tuple[str, ...], list[float]] = {p: [] for p in policies}
+    for r in range(FIT_REPS):
+        for p in policies[r % len(policies) :] + policies[: r % len(policies)]:
+            execute(dev, step, p, False)
+            spent = 0.0
+            while spent < MIN_TIMED_S / FIT_REPS and len(times[p]) < MAX_STEPS:
+                dev.sync()
+                a = dev.mark()
+                execute(dev, step, p, False)
+                times[p].append(dev.elapsed(a, dev.mark()))
+                spent += times[p][-1]
+    return {p: float(min(t)) for p, t in times.items()}
 
 
 def semantic_check(
@@ -179,30 +367,47 @@ def semantic_check(
     return True, ""
 
 
+MIN_TIMED_S = 0.1  # short steps are repeated until they add up to this
+MAX_STEPS = 50
+
+
 def time_policy(
     dev: Any, step: Any, policy: tuple[str, ...], share: bool, warmups: int, steps: int
 ) -> dict[str, Any]:
-    """Mean synchronized step time and peak bytes above the step's starting allocation."""
+    """Mean and least synchronized step time over ``steps`` steps, or more while they add up
+    to less than ``MIN_TIMED_S`` (at most ``MAX_STEPS``): a step of a few milliseconds is
+    at the mercy of the scheduler on a shared CPU. Call without allocation tracking (it
+    slows the steps). The least is the step least disturbed by other jobs."""
     step.reset()
     for _ in range(warmups):
         execute(dev, step, policy, share)
-    times, peaks, starts = [], [], []
-    for _ in range(steps):
+    times: list[float] = []
+    while len(times) < steps or (sum(times) < MIN_TIMED_S and len(times) < MAX_STEPS):
         dev.sync()
-        dev.reset_peak()
-        base = dev.current()
         a = dev.mark()
         execute(dev, step, policy, share)
         b = dev.mark()
         times.append(dev.elapsed(a, b))
+    return {"time_s": float(np.mean(times)), "time_min_s": float(min(times)), "times_s": times}
+
+
+def peak_policy(
+    dev: Any, step: Any, policy: tuple[str, ...], share: bool, warmups: int, steps: int = 1
+) -> dict[str, Any]:
+    """Peak bytes above the step's starting allocation (largest over ``steps`` steps after
+    ``warmups``) and that starting allocation (call with allocation tracking)."""
+    step.reset()
+    for _ in range(warmups):
+        execute(dev, step, policy, share)
+    peaks, starts = [], []
+    for _ in range(steps):
+        dev.sync()
+        dev.reset_peak()
+        base = dev.current()
+        execute(dev, step, policy, share)
         peaks.append(dev.peak() - base)
         starts.append(base)
-    return {
-        "time_s": float(np.mean(times)),
-        "times_s": times,
-        "peak_above_start": max(peaks),
-        "start_bytes": min(starts),
-    }
+    return {"peak_above_start": max(peaks), "start_bytes": min(starts)}
 
 
 def _cell(doc: dict[str, Any]) -> Cell:
@@ -214,49 +419,58 @@ def serve(request: dict[str, Any]) -> dict[str, Any]:
     """Answer one request: ``{"mode": "calibrate", ...}`` or ``{"mode": "measure", ...}``."""
     dev = cal.device(request["backend"])
     out: dict[str, Any] = {"device": dev.describe(), "cells": {}}
-    with dev.tracking():
-        for cdoc in request["cells"]:
-            cell = _cell(cdoc["cell"])
-            if request["mode"] == "calibrate":
-                out["cells"][cell.name] = calibrate_card(
-                    dev, cell, cdoc["share_card"], request["steps"]
-                )
+    for cdoc in request["cells"]:
+        cell = _cell(cdoc["cell"])
+        if request["mode"] == "calibrate":
+            raw = calibrate_card(dev, cell, request["steps"])
+            fitted, fit = fit_card(dev, cell, raw)
+            dev.release()
+            card = {"card": fitted, "unfitted": raw, "fit": fit}
+            if cdoc["shared_whole"]:
+                card["shared_whole"] = calibrate_shared_whole(dev, cell, request["steps"])
                 dev.release()
-                continue
-            runs = cdoc["runs"]  # [{"key", "policy", "share"}], eager's first
-            order = list(range(len(runs)))
-            shift = request["process"] % len(order)
-            order = order[shift:] + order[:shift]  # methods take turns at going first
-            reference: dict[str, bytes] = {}
-            checks = {}
-            for i in range(len(runs)):  # eager first: the reference
-                run = runs[i]
-                ok, why = semantic_check(dev, cell, tuple(run["policy"]), run["share"], reference)
-                checks[run["key"]] = (ok, why)
-            del reference  # eager's results: not held while timing
-            dev.release()
-            step = make_step(dev.xp, cell)
-            rows = {}
-            for i in order:
-                run = runs[i]
-                ok, why = checks[run["key"]]
-                if not ok:
-                    rows[run["key"]] = {"semantic": False, "detail": why}
-                    continue
-                row = time_policy(
-                    dev,
-                    step,
-                    tuple(run["policy"]),
-                    run["share"],
-                    request["warmups"],
-                    request["steps"],
-                )
-                row.update(semantic=True, detail="", position=order.index(i))
-                rows[run["key"]] = row
-            del step
-            dev.release()
-            out["cells"][cell.name] = rows
+            out["cells"][cell.name] = card
+        else:
+            out["cells"][cell.name] = measure_cell(dev, cell, cdoc["runs"], request)
     return out
+
+
+def measure_cell(
+    dev: Any, cell: Cell, runs: list[dict[str, Any]], request: dict[str, Any]
+) -> dict[str, Any]:
+    """Every run's semantic check, then its peak (one step, with allocation tracking from
+    before the step is built; the semantic checks warmed the code paths), then its time
+    (without tracking). ``runs``: ``{"key", "policy", "share"}``, eager's first; the order
+    of the timed runs rotates with the process."""
+    order = list(range(len(runs)))
+    shift = request["process"] % len(order)
+    order = order[shift:] + order[:shift]  # methods take turns at going first
+    rows: dict[str, dict[str, Any]] = {}
+    with dev.tracking():
+        reference: dict[str, bytes] = {}
+        for run in runs:  # eager first: the reference
+            ok, why = semantic_check(dev, cell, tuple(run["policy"]), run["share"], reference)
+            if not ok:
+                rows[run["key"]] = {"semantic": False, "detail": why}
+        del reference  # eager's results: not held while measuring
+        dev.release()
+        step = make_step(dev.xp, cell)
+        for i in order:
+            run = runs[i]
+            if run["key"] not in rows:
+                policy = tuple(run["policy"])
+                rows[run["key"]] = peak_policy(dev, step, policy, run["share"], 0)
+    for i in order:
+        run = runs[i]
+        if rows[run["key"]].get("semantic") is False:
+            continue
+        row = time_policy(
+            dev, step, tuple(run["policy"]), run["share"], request["warmups"], request["steps"]
+        )
+        rows[run["key"]].update(row, semantic=True, detail="", position=order.index(i))
+    del step
+    dev.release()
+    return rows
 
 
 def main() -> None:

@@ -49,6 +49,14 @@ def source_sha256() -> str:
     return h.hexdigest()
 
 
+# glibc's allocator keeps what a process frees (no trimming, a fixed mmap threshold of 32
+# MiB, its maximum), as CuPy's pool and PyTorch's caching allocator do: otherwise whether a
+# step's arrays come from pages the allocator kept or from fresh pages the kernel must
+# fault in and zero depends on the allocator's history, and a step's time with it (a factor
+# up to five for eager steps that keep 128 MiB). Other C libraries ignore these variables.
+ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+
+
 def _spawn(request: dict[str, Any]) -> dict[str, Any]:
     """Run one request in a fresh Python process (``python -m replayverify.evaluate.measure``)."""
     proc = subprocess.run(
@@ -56,7 +64,7 @@ def _spawn(request: dict[str, Any]) -> dict[str, Any]:
         input=json.dumps(request),
         capture_output=True,
         text=True,
-        env=os.environ.copy(),
+        env={**os.environ, **ALLOCATOR_ENV},
     )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -68,10 +76,15 @@ def _uniform(cell: Cell, option: str) -> tuple[str, ...]:
     return (option,) * cell.segments
 
 
-def plan_methods(cell: Cell, card_doc: dict[str, Any]) -> list[dict[str, Any]]:
+def plan_methods(
+    cell: Cell, card_doc: dict[str, Any], shared_doc: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Every (budget, method) of a cell: the policy to execute (or why none), and what the
-    card predicts for it. Uniform methods are the same at every budget."""
+    card predicts for it. Uniform methods are the same at every budget. The whole method
+    of a calibration workload shares one anchor (the paper's whole snapshot) and is
+    predicted by its own card, ``shared_doc``."""
     card = parse_card(card_doc)
+    shared = None if shared_doc is None else parse_card(shared_doc)
     out = []
     for budget in cell.budgets:
         for method in METHODS:
@@ -80,7 +93,7 @@ def plan_methods(cell: Cell, card_doc: dict[str, Any]) -> list[dict[str, Any]]:
             if method in ("eager", "whole", "regions"):
                 option = {"eager": "eager", "whole": "whole", "regions": "region"}[method]
                 policy: tuple[str, ...] | None = _uniform(cell, option)
-                share = method == "whole" and cell.workload != ACTIVATION
+                share = method == "whole" and shared is not None
                 entry["planner"] = None
             else:
                 if method == "state-agnostic":
@@ -103,12 +116,13 @@ def plan_methods(cell: Cell, card_doc: dict[str, Any]) -> list[dict[str, Any]]:
                 entry["predicted_time_s"] = entry["predicted_peak"] = None
                 entry["predicted_above_start"] = None
             else:
-                t, p = policy_cost(card, policy)
+                by = shared if share else card
+                t, p = policy_cost(by, policy)
                 entry.update(
                     infeasible=False,
                     predicted_time_s=t,
                     predicted_peak=p,
-                    predicted_above_start=p - card.persistent_bytes,
+                    predicted_above_start=p - by.persistent_bytes,
                     key=("S:" if share else "") + ",".join(policy),
                 )
             out.append(entry)
@@ -162,21 +176,35 @@ def evaluate(
             "mode": "calibrate",
             "backend": backend,
             "steps": calibration_steps,
-            "cells": [{"cell": asdict(c), "share_card": False} for c in chosen],
+            "cells": [
+                {"cell": asdict(c), "shared_whole": c.workload != ACTIVATION} for c in chosen
+            ],
         }
     )
     device = cal_doc["device"]
     cards: dict[str, dict[str, Any]] = {}
     plans: list[dict[str, Any]] = []
     for cell in chosen:
-        card = cal_doc["cells"][cell.name]
-        text = dumps(card, indent=1) + "\n"
-        (out / "cards" / f"{cell.name}.json").write_text(text, encoding="utf-8")
-        cards[cell.name] = {
-            "path": f"cards/{cell.name}.json",
-            "sha256": hashlib.sha256(text.encode()).hexdigest(),
-        }
-        plans.extend(plan_methods(cell, card))
+        got = cal_doc["cells"][cell.name]
+        cards[cell.name] = {}
+        parts = (("card", ""), ("unfitted", ".unfitted"), ("shared_whole", ".shared-whole"))
+        for part, suffix in parts:
+            if part not in got:
+                continue
+            text = dumps(got[part], indent=1) + "\n"
+            (out / "cards" / f"{cell.name}{suffix}.json").write_text(text, encoding="utf-8")
+            entry = {
+                "path": f"cards/{cell.name}{suffix}.json",
+                "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            }
+            if part == "card":
+                cards[cell.name].update(entry)
+            else:
+                cards[cell.name][part] = entry
+        for extra in ("fit",):
+            if extra in got:
+                cards[cell.name][extra] = got[extra]
+        plans.extend(plan_methods(cell, got["card"], got.get("shared_whole")))
     say(f"calibrated {len(chosen)} cells in {time.perf_counter() - t0:.1f} s")
 
     # execute: every distinct policy of a cell, eager's first, in each fresh process
@@ -226,9 +254,11 @@ def evaluate(
         "plans": plans,
         "rows": rows,
         "load_average": {"start": load_start, "end": _loadavg()},
+        "allocator_env": ALLOCATOR_ENV,
     }
     result["summary"] = summarise(result)
     result["comparisons"] = compare(result)
+    result["ranks"] = rank_agreement(result)
     result["seconds"] = time.perf_counter() - t0
     note = plot(result, out / "resource-map.png")
     result["plot"] = note
@@ -277,6 +307,8 @@ def summarise(doc: dict[str, Any]) -> list[dict[str, Any]]:
             if ok:
                 peaks = [r["start_bytes"] + r["peak_above_start"] for r in ok]
                 s["time_s"] = float(np.mean([r["time_s"] for r in ok]))
+                if all("time_min_s" in r for r in ok):  # each process's least step
+                    s["time_min_s"] = float(np.mean([r["time_min_s"] for r in ok]))
                 s["peak"] = int(max(peaks))
                 s["peak_min"] = int(min(peaks))
                 s["peak_above_start"] = int(max(r["peak_above_start"] for r in ok))
@@ -325,10 +357,11 @@ def compare(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 entry["missing"] = "no process measured both"
                 out.append(entry)
                 continue
-            for q in quantities:
-                if q == "time":
-                    va = [ra[p]["time_s"] for p in both]
-                    vb = [rb[p]["time_s"] for p in both]
+            has_min = all("time_min_s" in r for r in (*ra.values(), *rb.values()))
+            for q in quantities + (("time_min",) if has_min else ()):
+                if q in ("time", "time_min"):
+                    va = [ra[p][f"{q}_s"] for p in both]
+                    vb = [rb[p][f"{q}_s"] for p in both]
                 elif kind == "calibration":  # as the calibration (and Table 8): above start
                     va = [ra[p]["peak_above_start"] for p in both]
                     vb = [rb[p]["peak_above_start"] for p in both]
@@ -343,4 +376,69 @@ def compare(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     "processes": r.processes,
                 }
             out.append(entry)
+    return out
+
+
+def _kendall(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Kendall's tau-a between two orderings (None with fewer than two items)."""
+    n = len(x)
+    if n < 2:
+        return None
+    s = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            s += int(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j]))
+    return s / (n * (n - 1) / 2)
+
+
+def rank_agreement(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (cell, budget): the executed policies that fit the budget in every process,
+    ordered by predicted and by measured time (each process's least step, as the card's);
+    Kendall's tau between the two orders, and the joint planner's time over the fastest."""
+    out = []
+    for cdoc in doc["cells"]:
+        for budget in cdoc["budgets"]:
+            seen: dict[str, dict[str, Any]] = {}
+            for s in doc["summary"]:
+                if (s["cell"], s["budget"]) != (cdoc["name"], budget) or s["infeasible"]:
+                    continue
+                if not s.get("processes") or s.get("fits") != s["processes"]:
+                    continue
+                e = next(
+                    e
+                    for e in doc["plans"]
+                    if (e["cell"], e["budget"], e["method"]) == (s["cell"], budget, s["method"])
+                )
+                entry = seen.setdefault(
+                    e["key"],
+                    {
+                        "methods": [],
+                        "predicted_s": s["predicted_time_s"],
+                        "measured_s": s.get("time_min_s", s["time_s"]),
+                    },
+                )
+                entry["methods"].append(s["method"])
+            items = list(seen.values())
+            pred = [i["predicted_s"] for i in items]
+            meas = [i["measured_s"] for i in items]
+            best = min(items, key=lambda i: i["measured_s"]) if items else None
+            joint = next((i for i in items if "joint" in i["methods"]), None)
+            out.append(
+                {
+                    "cell": cdoc["name"],
+                    "budget": budget,
+                    "policies": len(items),
+                    "kendall_tau": _kendall(pred, meas),
+                    "predicted_order": [
+                        i["methods"] for i in sorted(items, key=lambda i: i["predicted_s"])
+                    ],
+                    "measured_order": [
+                        i["methods"] for i in sorted(items, key=lambda i: i["measured_s"])
+                    ],
+                    "joint_over_best": None
+                    if joint is None or best is None
+                    else joint["measured_s"] / best["measured_s"],
+                    "best": None if best is None else best["methods"],
+                }
+            )
     return out

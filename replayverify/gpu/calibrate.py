@@ -181,6 +181,7 @@ class _CupyDevice:
                 self.now -= int(kw["mem_size"])
 
         self.hook = PeakHook()
+        self.tracking_depth = 0
 
     def describe(self) -> dict[str, Any]:
         cp = self.cp
@@ -212,9 +213,16 @@ class _CupyDevice:
 
     @contextmanager
     def tracking(self) -> Iterator[Any]:
-        self.hook.now = self.hook.top = 0
-        with self.hook:
+        if self.tracking_depth:  # nested: the hook is already installed
             yield self
+            return
+        self.hook.now = self.hook.top = 0
+        self.tracking_depth = 1
+        try:
+            with self.hook:
+                yield self
+        finally:
+            self.tracking_depth = 0
 
     def current(self) -> int:
         return self.hook.now

@@ -22,8 +22,11 @@ dtype, handled as bytes):
   journal then holds the changed bytes, not the old ones.
 - :func:`restore` writes the journal into the buffer one way (cheaper: no exchange).
 
-With NumPy the reference below runs; with CuPy the RawModule kernels run (``use_kernels=False``
-runs the same reference on CuPy arrays, for cross-checks).
+With NumPy a host plan runs (below: the journal's regions coalesced into contiguous runs,
+copied as slices when there are few, else gathered and scattered with precomputed indices in
+units of the runs' common divisor); with CuPy the RawModule kernels run (``use_kernels=False``
+runs the plain-indexing reference on CuPy arrays, for cross-checks). The reference is the
+definition the tests hold the host plan and the kernels to, byte for byte.
 """
 
 from __future__ import annotations
@@ -135,9 +138,13 @@ class JournalLayout:
 
     @property
     def payload_bytes(self) -> int:
-        """Bytes of journal data: the sum of the listed regions' sizes."""
-        full = self.regions.size * self.granularity
-        return full - (self.granularity - self.tail_bytes) if self.has_tail else full
+        """Bytes of journal data: the sum of the listed regions' sizes (computed once)."""
+        n = self._device.get("payload")
+        if n is None:
+            full = self.regions.size * self.granularity
+            n = full - (self.granularity - self.tail_bytes) if self.has_tail else full
+            self._device["payload"] = n
+        return n
 
     def regions_on(self, xp: ModuleType) -> Any:
         """The region indices as an ``xp`` array (copied to the current device once, cached)."""
@@ -208,7 +215,16 @@ class Journal:
         return self.layout.payload_bytes
 
 
+U8 = np.dtype(np.uint8)
+
+
 def _byte_view(xp: ModuleType, buf: Any, what: str = "buffer") -> Any:
+    if xp is np and type(buf) is np.ndarray:  # the host path: no CuPy check, no new view
+        if not buf.flags.c_contiguous:
+            raise ValueError(f"{what} must be C-contiguous")
+        if buf.ndim == 1:
+            return buf if buf.dtype is U8 or buf.dtype == U8 else buf.view(U8)
+        return buf.reshape(-1).view(U8)
     if is_cupy_array(buf) != is_cupy_module(xp):
         raise ValueError(f"{what} is a {type(buf).__module__} array but xp is {xp.__name__}")
     if not buf.flags.c_contiguous:
@@ -225,9 +241,9 @@ def _buffer_bytes(xp: ModuleType, buf: Any, lay: JournalLayout) -> Any:
 
 def _check_data(xp: ModuleType, journal: Journal) -> Any:
     d = journal.data
-    if is_cupy_array(d) != is_cupy_module(xp):
+    if not (xp is np and type(d) is np.ndarray) and is_cupy_array(d) != is_cupy_module(xp):
         raise ValueError(f"journal data is a {type(d).__module__} array but xp is {xp.__name__}")
-    if d.dtype != xp.uint8 or d.ndim != 1 or not d.flags.c_contiguous:
+    if (d.dtype is not U8 and d.dtype != U8) or d.ndim != 1 or not d.flags.c_contiguous:
         raise ValueError("journal data must be a 1-D C-contiguous uint8 array")
     if d.size != journal.layout.payload_bytes:
         raise ValueError(
@@ -271,6 +287,94 @@ def _ref_swap(xp: ModuleType, b: Any, lay: JournalLayout, data: Any) -> None:
     data[...] = kept
 
 
+# --- the NumPy host plan: coalesced runs ------------------------------------------------------
+
+LOOP_RUNS = 16  # up to this many runs are copied as slices; more go through take / put
+
+
+@dataclass(frozen=True, slots=True)
+class HostPlan:
+    """A layout's regions as contiguous runs of the buffer and of the journal (consecutive
+    regions coalesce; the journal is compact, so a run is contiguous in both). Few runs:
+    ``slices`` (buffer slice, journal slice) pairs. Many: ``unit`` bytes (the common divisor
+    of every run's start and stop and of the buffer size) and ``index``, the buffer's units
+    in journal order, for ``np.take`` / ``np.put``-style fancy indexing on a void view."""
+
+    slices: tuple[tuple[slice, slice], ...] | None
+    unit: int
+    index: np.ndarray | None
+
+
+def host_plan(lay: JournalLayout) -> HostPlan:
+    """The layout's host plan (computed once, cached on the layout)."""
+    plan = lay._device.get("host")
+    if plan is not None:
+        return plan
+    g, regs = lay.granularity, lay.regions
+    starts = regs * g
+    stops = np.minimum(starts + g, lay.nbytes)
+    if regs.size:
+        cut = np.flatnonzero(regs[1:] != regs[:-1] + 1) + 1
+        first = np.concatenate([[0], cut])
+        last = np.concatenate([cut - 1, [regs.size - 1]])
+        run_starts, run_stops = starts[first], stops[last]
+    else:
+        run_starts = run_stops = np.zeros(0, dtype=np.int64)
+    lengths = run_stops - run_starts
+    offsets = np.cumsum(lengths) - lengths
+    if run_starts.size <= LOOP_RUNS:
+        slices = tuple(
+            (slice(int(a), int(b)), slice(int(o), int(o + b - a)))
+            for a, b, o in zip(run_starts, run_stops, offsets)
+        )
+        plan = HostPlan(slices, 1, None)
+    else:
+        unit = int(np.gcd.reduce(np.concatenate([run_starts, run_stops, [lay.nbytes]])))
+        counts = lengths // unit
+        base = np.repeat(run_starts // unit - (np.cumsum(counts) - counts), counts)
+        index = base + np.arange(int(counts.sum()), dtype=np.int64)
+        index.flags.writeable = False
+        plan = HostPlan(None, unit, index)
+    lay._device["host"] = plan
+    return plan
+
+
+def _units(b: np.ndarray, unit: int) -> np.ndarray:
+    return b.view(np.dtype((np.void, unit)))
+
+
+def _host_gather(b: np.ndarray, lay: JournalLayout, out: np.ndarray) -> None:
+    plan = lay._device.get("host") or host_plan(lay)
+    if plan.slices is not None:
+        for sb, sj in plan.slices:
+            out[sj] = b[sb]
+    else:  # indices were validated with the layout: clip never clips
+        np.take(_units(b, plan.unit), plan.index, out=_units(out, plan.unit), mode="clip")
+
+
+def _host_scatter(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
+    plan = lay._device.get("host") or host_plan(lay)
+    if plan.slices is not None:
+        for sb, sj in plan.slices:
+            b[sb] = data[sj]
+    else:
+        np.put(_units(b, plan.unit), plan.index, _units(data, plan.unit), mode="clip")
+
+
+def _host_swap(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
+    plan = lay._device.get("host") or host_plan(lay)
+    if plan.slices is not None:
+        for sb, sj in plan.slices:  # a run at a time: the temporary is one run
+            kept = b[sb].copy()
+            b[sb] = data[sj]
+            data[sj] = kept
+    else:
+        kept = np.empty_like(data)
+        _host_gather(b, lay, kept)
+        _host_scatter(b, lay, data)
+        np.copyto(data, kept)
+
+
 # --- the CuPy kernels -------------------------------------------------------------------------
 
 
@@ -290,8 +394,13 @@ def _launch(xp: ModuleType, name: str, b: Any, lay: JournalLayout, data: Any) ->
     _kernels.function(xp, name)(blocks, threads, args)
 
 
+HOST = {"gather": _host_gather, "scatter": _host_scatter, "swap": _host_swap}
+
+
 def _run(xp: ModuleType, op: str, b: Any, lay: JournalLayout, data: Any, use_kernels: bool):
-    if use_kernels and is_cupy_module(xp):
+    if xp is np:
+        HOST[op](b, lay, data)
+    elif use_kernels and is_cupy_module(xp):
         _launch(xp, f"rv_journal_{op}", b, lay, data)
     else:
         {"gather": _ref_gather, "scatter": _ref_scatter, "swap": _ref_swap}[op](xp, b, lay, data)

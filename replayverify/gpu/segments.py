@@ -20,10 +20,11 @@ of the state (``layout(k)``, the regions its write touches); its backward needs 
 - ``region``: keep the input ``carry`` and a journal of the regions the segment writes
   (:mod:`replayverify.gpu.journal`: the NumPy reference or the CUDA kernels); backward undoes
   journals in reverse order back to the segment's pre-state, replays the segment without
-  writing, and at the end of backward redoes every undone journal in order. A later segment
-  whose writes overlap an earlier region segment's regions is journalled too, whatever its
-  own option (the journal must cover every later write that destroys bytes the earlier
-  segment needs; SPEC §4).
+  writing, and at the end of backward redoes every undone journal in order (a one-way
+  restore of the new bytes the undo left in the journal: the journals are dropped then).
+  A later segment whose writes overlap an earlier region segment's regions is journalled
+  too, whatever its own option (the journal must cover every later write that destroys
+  bytes the earlier segment needs; SPEC §4).
 
 Afterwards the state holds exactly what the forward pass left. :class:`Tally` records, per
 segment, the bytes retained and the phases' marks for the instrumented steps.
@@ -105,15 +106,18 @@ class Tally:
 def journalled(step: SegmentedStep, policy: Sequence[str]) -> list[bool]:
     """Which segments' writes are journalled: region segments, and later segments whose
     writes overlap the regions of an earlier region segment."""
-    out = []
+    out = [option == "region" for option in policy]
+    if not any(out) or all(out):  # nothing to look up: no region, or every segment journals
+        return out
     seen = None
     for k, option in enumerate(policy):
         lay = step.layout(k)
         if seen is None:
             seen = np.zeros(lay.n_regions, dtype=bool)
-        out.append(option == "region" or bool(seen[lay.regions].any()))
         if option == "region":
             seen[lay.regions] = True
+        elif k > out.index(True):
+            out[k] = bool(seen[lay.regions].any())
     return out
 
 
@@ -141,6 +145,7 @@ def run_policy(
     if bad:
         raise ValueError(f"unknown options {bad}; options are {', '.join(OPTIONS)}")
     journal_of = journalled(step, policy)
+    flat = state.reshape(-1).view(xp.uint8) if any(journal_of) else None  # the journals' bytes
     anchor_at = [
         p == "whole" and not (share_anchors and k > 0 and policy[k - 1] == "whole")
         for k, p in enumerate(policy)
@@ -159,7 +164,7 @@ def run_policy(
             anchors[k] = state.copy()
         if journal_of[k]:
             phase("preserve")
-            journals[k] = jr.save(xp, state, step.layout(k))
+            journals[k] = jr.save(xp, flat, step.layout(k))
         phase("compute")
         saved, nxt = step.forward(k, carry, keep=option == "eager", write=True)
         kept[k] = saved if option == "eager" else carry
@@ -208,7 +213,7 @@ def run_policy(
             phase("recover")
             for j in range(undone - 1, k - 1, -1):
                 if j in journals:
-                    jr.undo(xp, state, journals[j])
+                    jr.undo(xp, flat, journals[j])
             undone = min(undone, k)
             phase("compute")
             saved, _ = step.forward(k, kept[k], keep=False, write=False)
@@ -220,8 +225,8 @@ def run_policy(
     if undone < n:
         phase("redo")
         phase("recover")
-        for j in range(undone, n):
-            if j in journals:
-                jr.redo(xp, state, journals[j])
+        for j in range(undone, n):  # the journals are dropped next: a one-way restore
+            if j in journals:  # of the new bytes that undo left in them is the redo
+                jr.restore(xp, flat, journals[j])
     phase("end")
     return grad

@@ -79,6 +79,10 @@ def render_report(summary: dict, records: list[dict]) -> str:
         for r in unexpected[:20]:
             lines.append(f"- {r['case']} {r['row']}: {r['outcome']} (expected "
                          f"{r['expected']}) {r['diverged'] or r['exception'] or ''}")
+    if "reproducers" in summary:
+        from replayverify.cohort.repro import render
+
+        lines += render(summary["reproducers"])
     if summary["extra"]:
         lines += ["", "## Rows beyond the paper: the bug class each models", ""]
         lines += [f"- **{k}**: {v}" for k, v in BUG_CLASS.items()]

@@ -190,10 +190,13 @@ def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
     With ``cfg.out``, each task's records are appended to records.jsonl and flushed as
     it arrives (``verifier/journal.py``, as the suite does), so an interrupted run
     loses nothing it reported and ``resume`` reruns only the tasks not completely
-    written; summary.json and report.md are then written from every record in the file.
+    written; summary.json and report.md are then written from every record in the file,
+    with a shrunk standalone reproducer per row and divergence kind under ``out/repro/``
+    (``repro.write_reproducers``; summary["reproducers"] indexes them).
     ``on_task(n)`` is told of tasks done (on resume first of those already written).
     """
     from replayverify.cohort.report import render_report
+    from replayverify.cohort.repro import write_reproducers
 
     check_config(cfg)
     start = time.perf_counter()
@@ -210,7 +213,9 @@ def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
             if on_task is not None:
                 on_task(1)
     records = read_records(out / "records.jsonl")
+    reproducers = write_reproducers(out, records)
     summary = summarize(cfg, records, time.perf_counter() - start)
+    summary["reproducers"] = reproducers
     (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
     (out / "report.md").write_text(render_report(summary, records), encoding="utf-8")
     return summary

@@ -108,6 +108,37 @@ class TorchAdapter:
             return Observation(run.gradient(), run.buffer_bytes(), _rng_bytes(torch),
                                run.determinism_flagged())
 
+    def plain_method(self, method: Method) -> Method:
+        """The run without checkpointing that reproducers compare with: native eager."""
+        return METHODS[1]
+
+    def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
+        """A standalone script for the plain checkpoint methods (``repro.py``); None for
+        the transaction and selective checkpointing, whose ``context_fn`` does not fit
+        the 40-line budget, and for the methods without a checkpoint."""
+        kwargs = CHECKPOINT.get(method.name)
+        if kwargs is None or method.name == "transactional" or \
+                method.name.startswith("selective"):
+            return None
+        from replayverify.cohort.torch_repro import script
+
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        if not kwargs["use_reentrant"]:
+            args += ", determinism_check='default'"
+        return script(case, title=f"replayverify cohort reproducer: {record['row']} on "
+                                  f"{case.id} (torch {self.version()})",
+                      ckpt=f"lambda f, *a: checkpoint(f, *a, {args})",
+                      imports=("from torch.utils.checkpoint import checkpoint",),
+                      clone_reads=not plain_matches(self, case))
+
+
+def plain_matches(adapter: Any, case: Case) -> bool:
+    """Whether native eager (no checkpoint) matches the reference on ``case``."""
+    from replayverify.cohort.adapter import Reference, observe
+
+    ref = Reference.of(case, adapter.draw_tape(case))
+    return observe(adapter, case, METHODS[1], ref)["outcome"] == "match"
+
 
 @contextlib.contextmanager
 def _isolated(torch: Any, seed: int) -> Iterator[None]:

@@ -96,6 +96,12 @@ class Adapter(Protocol):
     def run(self, case: Case, method: Method) -> Observation: ...
 
 
+class NotRun(Exception):
+    """Raised by an adapter's ``run`` when the method did not run as itself (a graph
+    break, a compiled function served from another case's cache, a missing compiler):
+    an ``unsupported`` record carrying the reason, never an R or a result."""
+
+
 @dataclass(frozen=True)
 class Reference:
     """The interpreter's execution of a case fed a tape: gradient and final bytes."""
@@ -144,6 +150,9 @@ def observe(adapter: Adapter, case: Case, method: Method, ref: Reference) -> dic
                  "determinism_flagged": None}
     try:
         obs = adapter.run(case, method)
+    except NotRun as exc:
+        rec["outcome"] = "unsupported"
+        rec["detail"] = str(exc)
     except Exception as exc:  # the framework refused the program: R, with its words
         rec["outcome"] = "rejected"
         rec["exception"] = {"type": type(exc).__name__, "message": first_line(exc)}

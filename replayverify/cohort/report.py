@@ -41,7 +41,9 @@ def render_report(summary: dict, records: list[dict]) -> str:
         exp = c["expected"]
         has_exp = sum(exp.values()) > 0
         paper = PAPER_CELLS.get(row)
-        ok = "-" if not has_exp else ("no" if row in summary["unexpected"] else "yes")
+        ran = c["M"] + c["R"] + c["D"]
+        ok = ("no-expectation" if ran else "-") if not has_exp else \
+            ("no" if row in summary["unexpected"] else "yes")
         obs = _cells(c) + (f" (+{c['unsupported']} unsupported)" if c["unsupported"] else "")
         det = "-" if c["determinism_flagged"] is None else str(c["determinism_flagged"])
         lines.append(f"| {row} | {obs} | {_cells(exp) if has_exp else '-'} | "
@@ -86,4 +88,8 @@ def render_report(summary: dict, records: list[dict]) -> str:
     if summary["extra"]:
         lines += ["", "## Rows beyond the paper: the bug class each models", ""]
         lines += [f"- **{k}**: {v}" for k, v in BUG_CLASS.items()]
+        from replayverify.cohort.expected_compiled import BUG_CLASS_COMPILED, ROWS
+
+        if any(row.split(" [")[0] in ROWS for row in table):
+            lines += [f"- **{k}**: {v}" for k, v in BUG_CLASS_COMPILED.items()]
     return "\n".join(lines) + "\n"

@@ -47,7 +47,7 @@ from replayverify.cohort.cases import Case, build_case
 from replayverify.programs.model import Program
 from replayverify.verifier.shrink import shrink
 
-SHRINK_CHECKS = 400  # candidates tried per reproducer (an adapter may set ``shrink_checks``)
+SHRINK_CHECKS = 400  # candidates run per reproducer (an adapter may set ``shrink_checks``)
 
 
 def slug(text: str) -> str:
@@ -95,11 +95,13 @@ def shrunk(adapter: Adapter, case: Case, method: Method, kind, plain: Method | N
     """The smallest case found with the same roles, ops and segments that ``method``
     still gives ``kind`` on (and ``plain`` still ``plain_outcome``)."""
     ops, segments = case.program.ops, case.program.segments
+    runs = [getattr(adapter, "shrink_checks", SHRINK_CHECKS)]  # adapter runs left
 
     def still(p: Program) -> bool:
         if len(p.ops) != len(ops) or p.segments != segments or \
-                [op.kind for op in p.ops] != [op.kind for op in ops]:
+                [op.kind for op in p.ops] != [op.kind for op in ops] or runs[0] <= 0:
             return False
+        runs[0] -= 1
         cand = replace(case, program=p)
         try:
             if kind_of(_observe(adapter, cand, method)) != kind:
@@ -108,8 +110,7 @@ def shrunk(adapter: Adapter, case: Case, method: Method, kind, plain: Method | N
         except Exception:  # no reference (the interpreter refuses it): not a candidate
             return False
 
-    checks = getattr(adapter, "shrink_checks", SHRINK_CHECKS)
-    return replace(case, program=shrink(case.program, still, max_checks=checks))
+    return replace(case, program=shrink(case.program, still))
 
 
 def write_reproducers(out: Path, records: list[dict]) -> list[dict]:

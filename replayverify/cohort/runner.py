@@ -120,22 +120,23 @@ def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
     for m in methods:
         row = extra_row(m.row, fam)
         head = {**base, "version": version, "method": m.name, "row": row,
-                "expected": _expected(m, row, fam)}
+                "expected": _expected(m, row, fam, version)}
         if ref is None:
             body = {"outcome": "unsupported", "diverged": [], "max_abs_err": None,
                     "exception": None, "determinism_flagged": None, "detail": hint,
                     "seconds": 0.0}
         else:
-            body = {**observe(adapter, case, m, ref), "detail": ""}
+            obs = observe(adapter, case, m, ref)
+            body = {**obs, "detail": obs.get("detail", "")}
         records.append({**head, **body})
     return records
 
 
-def _expected(method, row: str, family: str) -> str | None:
+def _expected(method, row: str, family: str, version: str) -> str | None:
     own = getattr(method, "expect", None)
     if own:
         return own.get(family)
-    return expected_letter(row, family)
+    return expected_letter(row, family, version or None)
 
 
 # ---------------------------------------------------------------- the run
@@ -250,9 +251,11 @@ def summarize(cfg: CohortConfig, records: list[dict], seconds: float) -> dict:
                 cell["determinism_flagged"] = 0
         if r["version"]:
             versions[r["framework"]] = r["version"]
-    unexpected = []
+    unexpected, unjudged = [], []
     for row, cell in table.items():
         ran = cell["M"] + cell["R"] + cell["D"]
+        if ran and not sum(cell["expected"].values()):
+            unjudged.append(row)  # no expectation (another torch than the pinned one)
         if ran == 0 or not sum(cell["expected"].values()):
             continue  # not run (framework missing) or no expectation: nothing to judge
         if any(cell[k] != cell["expected"][k] for k in "MRD") or cell["unsupported"]:
@@ -268,6 +271,7 @@ def summarize(cfg: CohortConfig, records: list[dict], seconds: float) -> dict:
         "verdict": "unexpected" if unexpected else "as-expected",
         "unexpected": unexpected,
         "not_run": missing,
+        **({"no_expectation": unjudged} if unjudged else {}),
         "command": cfg.command,
         "seconds": round(seconds, 3),
     }

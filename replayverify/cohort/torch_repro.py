@@ -8,8 +8,9 @@ and with one method, and prints a ``DIFFERS: ...`` line per thing that differs
 method raising), exiting 1 if anything did and 0 if nothing did
 (docs/cohort.md, "Reproducers").
 
-The script runs the program as the torch adapters do: the whole forward is a function
-``fwd`` of every buffer (a compiled method compiles it), the checkpointed segment a
+The script runs the program as the torch adapters do: for a compiled method, the
+forward up to the segment's end is a function ``fwd`` of every buffer that the method
+compiles (the ops after it run eagerly); the checkpointed segment is a
 function ``seg`` of the non-hidden buffers it touches that clones those it writes and
 reads hidden buffers from the enclosing scope; the loss is the float64 weighted sum
 of the loss view, then ``backward()``.
@@ -65,7 +66,7 @@ class _Writer:
         op = self.p.ops[k]
         dst = self.view(op.dst)
         if k in self.case.roles.untracked:  # as the adapter: computed under no_grad
-            return [f"{indent}with torch.no_grad():", f"{indent}    t = ({self.expr(op)}).clone()",
+            return [f"{indent}with torch.no_grad(): t = ({self.expr(op)}).clone()",
                     f"{indent}{dst}.copy_(t)"]
         return [f"{indent}{dst}.copy_({self.expr(op)})"]
 
@@ -95,19 +96,19 @@ def script(case: Case, *, title: str, ckpt: str, wrap: str | None = None,
     owned = ", ".join(f"b_{n}" for n in sorted(written - hidden))
     eps = "2.0 ** -23" if case.dtype == "float32" else "2.0 ** -52"
     params = ["ckpt", *(["wrap"] if wrap else []), *(["R"] if clone_reads else [])]
-    lines = [f"# {title}", "import sys", "import torch", *imports,
-             f"DT, SEED, N_OPS, EPS = torch.{case.dtype}, {case.draw_seed}, {len(p.ops)}, {eps}",
-             "V = lambda b, shape, strides, offset: b.as_strided(shape, strides, offset)",
-             "C = lambda v: torch.tensor(v, dtype=DT)  # a coefficient: 0-d, in the dtype",
+    lines = [f"# {title}", "import torch", *imports,
+             f"DT, SEED, N_OPS, EPS = torch.{case.dtype}, {case.draw_seed}, {len(p.ops)}, {eps}; "
+             "V, C = (lambda b, shape, strides, off: b.as_strided(shape, strides, off)), "
+             "(lambda v: torch.tensor(v, dtype=DT))  # a view; a coefficient (0-d)",
              f"def run({', '.join(params)}):", "    torch.manual_seed(SEED)",
              f"    {allb}{',' if len(names) == 1 else ''} = "
              f"(torch.zeros(n, dtype=DT) for n in {tuple(sizes)})"]
     for e in p.init:
         lines.append(f"    {w.view(e.view)}.copy_(torch.tensor({_list(e.values)}, dtype=DT))")
-    lines.append("    leaves = [" + ", ".join(f"{w.view(n)}.detach().clone().requires_grad_()"
-                                          for n in p.inputs) + "]")
-    for j, n in enumerate(p.inputs):
-        lines.append(f"    {w.view(n)}.copy_(leaves[{j}])")
+    lines.append("    " + "; ".join(
+        ["leaves = [" + ", ".join(f"{w.view(n)}.detach().clone().requires_grad_()"
+                                  for n in p.inputs) + "]"]
+        + [f"{w.view(n)}.copy_(leaves[{j}])" for j, n in enumerate(p.inputs)]))
     ind = "    "
     if wrap:
         lines.append(f"    def fwd({allb}):")
@@ -119,10 +120,10 @@ def script(case: Case, *, title: str, ckpt: str, wrap: str | None = None,
     for k in lo:
         lines += w.op_lines(k, ind + "    ")
     lines += [f"{ind}    return {owned},", f"{ind}{owned}, = ckpt(seg, {args})"]
-    for k in range(lo.stop, len(p.ops)):
-        lines += w.op_lines(k, ind)
-    if wrap:
+    if wrap:  # the compiled forward ends with the segment; the rest runs eagerly
         lines += [f"        return {allb},", f"    {allb}, = wrap(fwd)({allb})"]
+    for k in range(lo.stop, len(p.ops)):
+        lines += w.op_lines(k, "    ")
     lines += [f"    w = torch.tensor({_list(p.loss.weights)}, dtype=torch.float64)",
               f"    (w * {w.view(p.loss.view)}.reshape(-1).to(torch.float64)).sum().backward()",
               "    return torch.cat([torch.zeros(t.numel()) if t.grad is None else "
@@ -134,9 +135,10 @@ def script(case: Case, *, title: str, ckpt: str, wrap: str | None = None,
     method = [ckpt, *([wrap] if wrap else []), *(["lambda t: t"] if clone_reads else [])]
     body = f"got = run({', '.join(method)})"
     lines += [f"    with {context}:", f"        {body}"] if context else [f"    {body}"]
-    lines += ["except Exception as e:  # the method refused the program",
-              "    print(f'DIFFERS: raised {type(e).__name__}: '"
-              " + (str(e).strip().splitlines() or [''])[0]); sys.exit(1)",
+    lines += ["except Exception as e:  # the method refused it (a compiler error: what it wraps)",
+              "    e = getattr(e, 'inner_exception', None) or e; print(f'DIFFERS: raised "
+              "{type(e).__name__}: '"
+              " + (str(e).strip().splitlines() or [''])[0]); raise SystemExit(1)",
               "err = max((got[0] - plain[0]).abs().tolist(), default=0.0)",
               "out = [f'gradient max|diff| {err:.3g}'] * (not err <= 64 * EPS * N_OPS * "
               "max([1.0, *plain[0].abs().tolist()]))",
@@ -144,5 +146,5 @@ def script(case: Case, *, title: str, ckpt: str, wrap: str | None = None,
               ".tobytes() != got[1][k].detach().numpy().tobytes()]",
               "out += ['generator state'] * (not torch.equal(plain[2], got[2]))",
               "print('\\n'.join('DIFFERS: ' + x for x in out) or 'no difference'); "
-              "sys.exit(1 if out else 0)"]
+              "raise SystemExit(1 if out else 0)"]
     return "\n".join(lines) + "\n"

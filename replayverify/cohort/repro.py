@@ -23,12 +23,13 @@ adapter without them still registers and simply gets no reproducers):
   it is run here. None: no plain run, so R records get no reproducer (D still do).
 
 Before writing, the case is shrunk with the verifier's shrinker (``verifier/shrink.py``:
-shorter views, simpler coefficients, fewer init entries, flat loss weights, trimmed
-buffers) while it keeps its roles and its kind: the ops and segments stay as they are
-(roles name op indices), and a candidate is kept only when re-running the adapter gives
-the same kind and the plain run the same outcome as on the original case. The scripts
-compare the method with the plain run, so their ``DIFFERS`` lines name what the record
-names: ``gradient ...``, ``buffer <name>``, ``generator state``, ``raised <Type>: ...``
+shorter views, fewer init entries, flat loss weights, trimmed buffers, then simpler
+coefficients) while it keeps its roles and its kind: the ops and segments stay as they
+are (roles name op indices), and a candidate is kept only when re-running the adapter
+gives the same kind and the plain run the same outcome as on the original case. An
+adapter's ``shrink_checks`` (default 400) bounds the candidates run per reproducer.
+The scripts compare the method with the plain run, so their ``DIFFERS`` lines name what
+the record names: ``gradient ...``, ``buffer <name>``, ``generator state``, ``raised <Type>: ...``
 (``claims(kind)`` gives those prefixes; the index entry stores them).
 """
 
@@ -96,10 +97,12 @@ def shrunk(adapter: Adapter, case: Case, method: Method, kind, plain: Method | N
     still gives ``kind`` on (and ``plain`` still ``plain_outcome``)."""
     ops, segments = case.program.ops, case.program.segments
     runs = [getattr(adapter, "shrink_checks", SHRINK_CHECKS)]  # adapter runs left
+    same_ops = [True]  # first pass: the ops as they are (views, init, weights shrink)
 
     def still(p: Program) -> bool:
         if len(p.ops) != len(ops) or p.segments != segments or \
-                [op.kind for op in p.ops] != [op.kind for op in ops] or runs[0] <= 0:
+                [op.kind for op in p.ops] != [op.kind for op in ops] or runs[0] <= 0 or \
+                (same_ops[0] and p.ops != ops):
             return False
         runs[0] -= 1
         cand = replace(case, program=p)
@@ -110,7 +113,9 @@ def shrunk(adapter: Adapter, case: Case, method: Method, kind, plain: Method | N
         except Exception:  # no reference (the interpreter refuses it): not a candidate
             return False
 
-    return replace(case, program=shrink(case.program, still))
+    first = shrink(case.program, still)  # sizes first: the budget may be small
+    same_ops[0] = False
+    return replace(case, program=shrink(first, still))
 
 
 def write_reproducers(out: Path, records: list[dict]) -> list[dict]:

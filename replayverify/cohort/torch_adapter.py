@@ -136,21 +136,35 @@ class TorchAdapter:
         return METHODS[1]
 
     def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
-        """A standalone script for the plain checkpoint methods (``repro.py``); None for
-        the transaction and selective checkpointing, whose ``context_fn`` does not fit
-        the 40-line budget, and for the methods without a checkpoint."""
+        """A standalone script for the plain checkpoint methods and the checkpoint_wrapper
+        rows (``repro.py``); None for the transaction and selective checkpointing, whose
+        ``context_fn`` does not fit the 40-line budget, for checkpoint_sequential (one
+        function per op: never D here) and for the methods without a checkpoint."""
+        from replayverify.cohort.torch_repro import script
+
+        title = f"replayverify cohort reproducer: {record['row']} on {case.id} " \
+                f"(torch {self.version()})"
+        if method.name in WRAPPER:
+            impl, preserve = WRAPPER[method.name]
+            return script(case, title=title, ckpt="lambda f, *a: WRAP(f)(*a)", imports=(
+                "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import "
+                "CheckpointImpl, apply_activation_checkpointing as aac, checkpoint_wrapper as cw",
+                "class Seg(torch.nn.Module): forward = lambda self, *a: self.f(*a)  # a module",
+                "def WRAP(f):  # as FSDP users apply it",
+                "    m = torch.nn.Sequential(Seg()); m[0].f = f",
+                f"    aac(m, checkpoint_wrapper_fn=lambda mod: cw(mod, checkpoint_impl="
+                f"CheckpointImpl.{impl}, preserve_rng_state={preserve}), check_fn=lambda mod: "
+                "isinstance(mod, Seg)); return m[0]"),
+                clone_reads=not plain_matches(self, case))
         kwargs = CHECKPOINT.get(method.name)
         if kwargs is None or method.name == "transactional" or \
                 method.name.startswith("selective"):
             return None
-        from replayverify.cohort.torch_repro import script
 
         args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
         if not kwargs["use_reentrant"]:
             args += ", determinism_check='default'"
-        return script(case, title=f"replayverify cohort reproducer: {record['row']} on "
-                                  f"{case.id} (torch {self.version()})",
-                      ckpt=f"lambda f, *a: checkpoint(f, *a, {args})",
+        return script(case, title=title, ckpt=f"lambda f, *a: checkpoint(f, *a, {args})",
                       imports=("from torch.utils.checkpoint import checkpoint",),
                       clone_reads=not plain_matches(self, case))
 

@@ -127,6 +127,20 @@ def test_a_compiled_reproducer_shows_its_divergence(tmp_path, monkeypatch):
     assert shows({"claims": ["DIFFERS: raised RuntimeError"]}, *run_script(path))
 
 
+def test_a_wrapper_reproducer_shows_its_divergence(tmp_path):
+    from replayverify.cohort.repro import claims, kind_of
+    from replayverify.cohort.torch_adapter import EXTRA_METHODS, TorchAdapter
+
+    adapter = TorchAdapter()
+    method = next(m for m in EXTRA_METHODS if m.name == "wrapper-no-reentrant-rng-off")
+    case = build_case("hidden-overlap", KEY, "float64")
+    rec = observe(adapter, case, method, Reference.of(case, adapter.draw_tape(case)))
+    path = tmp_path / "w.py"
+    path.write_text(adapter.reproducer(case, method, {"row": method.row}))
+    assert "apply_activation_checkpointing" in path.read_text()
+    assert shows({"claims": claims(kind_of(rec))}, *run_script(path))
+
+
 def test_the_wrappers_reproduce_their_modes():
     for fam in ALL:
         records = run_task(f"torch/{fam}/{KEY}/float64", extra=True)

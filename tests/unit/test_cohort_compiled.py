@@ -166,3 +166,15 @@ def test_inductor_cells_on_one_case():
         method = next(m for m in adapter.methods() if m.name == name)
         r = observe(adapter, case, method, ref)
         assert LETTER.get(r["outcome"]) == letter(method.row, case.family, torch.__version__)
+
+
+def test_the_committed_compiled_run_is_as_expected_with_its_reproducers():
+    import json
+    from pathlib import Path
+
+    reports = Path(__file__).resolve().parents[2] / "reports" / "cohort-compile"
+    s = json.loads((reports / "summary.json").read_text())
+    assert s["verdict"] == "as-expected" and s["records"] == 1680 and not s["unexpected"]
+    for e in s["reproducers"]:
+        assert (reports / e["path"]).read_text().count("\n") <= 40
+    assert "Verdict: **as-expected**" in (reports / "report.md").read_text()

@@ -3,11 +3,13 @@ and the partitioner's own recomputation under ``activation_memory_budget``.
 
 Each run builds the world as the torch adapter does (``torch_adapter._Run``: buffers,
 ``as_strided`` views, the input leaves, the same draws from the same seeded generator)
-and compiles the whole forward: a function ``fwd`` of every buffer that runs every op
-of the program (before the checkpointed segment, the segment, the ops after it) and
-returns the buffers; the loss and ``backward()`` run eagerly after it, as a training
-step would. The segment is a function of the non-hidden buffers it touches that clones
-those it writes and reads hidden buffers from the enclosing scope; per method it is
+and compiles the forward up to the end of the checkpointed segment: a function ``fwd``
+of every buffer that runs the ops before the segment and the segment and returns the
+buffers (the module a user compiles). The ops after the segment (the hidden buffer's
+later mutation, the second draw), the loss and ``backward()`` run eagerly after it, as
+what happens between that module's forward and backward. The segment is a function of
+the non-hidden buffers it touches that clones those it writes and reads hidden buffers
+from the enclosing scope; per method it is
 
 - wrapped in ``checkpoint(use_reentrant=False, preserve_rng_state=True)`` (the compiled
   non-reentrant checkpoint, a higher-order op under Dynamo);

@@ -97,6 +97,12 @@ class Adapter(Protocol):
     def run(self, case: Case, method: Method) -> Observation: ...
 
 
+class NotRun(Exception):
+    """Raised by an adapter's ``run`` when the method did not run as itself (a graph
+    break, a compiled function served from another case's cache, a missing compiler):
+    an ``unsupported`` record carrying the reason, never an R or a result."""
+
+
 @dataclass(frozen=True)
 class Reference:
     """The interpreter's execution of a case fed a tape: gradient and final bytes."""
@@ -151,6 +157,9 @@ def observe(adapter: Adapter, case: Case, method: Method, ref: Reference) -> dic
         obs = call(adapter.run, case, method)
     except PluginFault as exc:  # the adapter, not the framework: sys.exit, its own Ctrl-C
         rec.update(outcome="error", exception=_exception(exc))
+    except NotRun as exc:
+        rec["outcome"] = "unsupported"
+        rec["detail"] = str(exc)
     except Exception as exc:  # the framework refused the program: R, with its words
         rec.update(outcome="rejected", exception=_exception(exc))
     else:

@@ -15,6 +15,9 @@ BUILTIN = {
     "torch": "replayverify.cohort.torch_adapter:TorchAdapter",
     "jax": "replayverify.cohort.jax_adapter:JaxAdapter",
     "replayverify": "replayverify.cohort.engines_adapter:EnginesAdapter",
+    "torch-compile": "replayverify.cohort.compiled_adapter:CompiledAdapter",
+    "torch-compile-aot-eager": "replayverify.cohort.compiled_adapter:aot_eager_only",
+    "torch-compile-inductor": "replayverify.cohort.compiled_adapter:inductor_only",
 }
 _REGISTRY: dict[str, Adapter] = {}
 _RESOLVED: dict[str, Adapter] = {}

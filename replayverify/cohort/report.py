@@ -41,7 +41,9 @@ def render_report(summary: dict, records: list[dict]) -> str:
         exp = c["expected"]
         has_exp = sum(exp.values()) > 0
         paper = PAPER_CELLS.get(row)
-        ok = "-" if not has_exp else ("no" if row in summary["unexpected"] else "yes")
+        ran = c["M"] + c["R"] + c["D"]
+        ok = ("no-expectation" if ran else "-") if not has_exp else \
+            ("no" if row in summary["unexpected"] else "yes")
         obs = _cells(c) + (f" (+{c['unsupported']} unsupported)" if c["unsupported"] else "") \
             + (f" (+{c['error']} adapter errors)" if c.get("error") else "")
         det = "-" if c["determinism_flagged"] is None else str(c["determinism_flagged"])
@@ -80,7 +82,15 @@ def render_report(summary: dict, records: list[dict]) -> str:
         for r in unexpected[:20]:
             lines.append(f"- {r['case']} {r['row']}: {r['outcome']} (expected "
                          f"{r['expected']}) {r['diverged'] or r['exception'] or ''}")
+    if "reproducers" in summary:
+        from replayverify.cohort.repro import render
+
+        lines += render(summary["reproducers"])
     if summary["extra"]:
         lines += ["", "## Rows beyond the paper: the bug class each models", ""]
         lines += [f"- **{k}**: {v}" for k, v in BUG_CLASS.items()]
+        from replayverify.cohort.expected_compiled import BUG_CLASS_COMPILED, ROWS
+
+        if any(row.split(" [")[0] in ROWS for row in table):
+            lines += [f"- **{k}**: {v}" for k, v in BUG_CLASS_COMPILED.items()]
     return "\n".join(lines) + "\n"

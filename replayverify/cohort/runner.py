@@ -168,13 +168,14 @@ def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
     for m in methods:
         row = extra_row(m.row, fam)
         head = {**base, "version": version, "method": m.name, "row": row,
-                "expected": _expected(m, row, fam)}
+                "expected": _expected(m, row, fam, version)}
         if ref is None:
             body = {"outcome": "unsupported", "diverged": [], "max_abs_err": None,
                     "exception": None, "determinism_flagged": None, "detail": hint,
                     "seconds": 0.0}
         else:
-            body = {**observe(adapter, case, m, ref), "detail": ""}
+            obs = observe(adapter, case, m, ref)
+            body = {**obs, "detail": obs.get("detail", "")}
         records.append({**head, **body})
     return records
 
@@ -189,11 +190,11 @@ def _ask(fw: str, what: str, fn: Callable, *args: object, kind: type | tuple[typ
                                    f"{type(exc).__name__}: {exc}", 400)) from None
 
 
-def _expected(method, row: str, family: str) -> str | None:
+def _expected(method, row: str, family: str, version: str) -> str | None:
     own = getattr(method, "expect", None)
     if own:
         return own.get(family)
-    return expected_letter(row, family)
+    return expected_letter(row, family, version or None)
 
 
 # ---------------------------------------------------------------- the run
@@ -248,10 +249,13 @@ def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
     With ``cfg.out``, each task's records are appended to records.jsonl and flushed as
     it arrives (``verifier/journal.py``, as the suite does), so an interrupted run
     loses nothing it reported and ``resume`` reruns only the tasks not completely
-    written; summary.json and report.md are then written from every record in the file.
+    written; summary.json and report.md are then written from every record in the file,
+    with a shrunk standalone reproducer per row and divergence kind under ``out/repro/``
+    (``repro.write_reproducers``; summary["reproducers"] indexes them).
     ``on_task(n)`` is told of tasks done (on resume first of those already written).
     """
     from replayverify.cohort.report import render_report
+    from replayverify.cohort.repro import write_reproducers
 
     check_config(cfg)
     start = time.perf_counter()
@@ -269,7 +273,9 @@ def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
                 on_task(1)
         # still locked: DIR is this run's until its outputs are written
         records = read_records(out / "records.jsonl")
+        reproducers = write_reproducers(out, records)
         summary = summarize(cfg, records, time.perf_counter() - start)
+        summary["reproducers"] = reproducers
         (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
         (out / "report.md").write_text(render_report(summary, records), encoding="utf-8")
     return summary
@@ -307,13 +313,15 @@ def summarize(cfg: CohortConfig, records: list[dict], seconds: float) -> dict:
                 cell["determinism_flagged"] = 0
         if r["version"]:
             versions[r["framework"]] = r["version"]
-    unexpected = []
+    unexpected, unjudged = [], []
     errored = {r["row"] for r in records if r["outcome"] == "error"}  # the adapter's faults
     for row, cell in table.items():
         if row in errored:
             unexpected.append(row)
             continue
         ran = cell["M"] + cell["R"] + cell["D"]
+        if ran and not sum(cell["expected"].values()):
+            unjudged.append(row)  # no expectation (another torch than the pinned one)
         if ran == 0 or not sum(cell["expected"].values()):
             continue  # not run (framework missing) or no expectation: nothing to judge
         if any(cell[k] != cell["expected"][k] for k in "MRD") or cell["unsupported"]:
@@ -329,6 +337,7 @@ def summarize(cfg: CohortConfig, records: list[dict], seconds: float) -> dict:
         "verdict": "unexpected" if unexpected else "as-expected",
         "unexpected": unexpected,
         "not_run": missing,
+        **({"no_expectation": unjudged} if unjudged else {}),
         "command": cfg.command,
         "seconds": round(seconds, 3),
     }

@@ -48,6 +48,22 @@ EXTRA_METHODS = (
            doc="create_selective_checkpoint_contexts: save products of two activations"),
     Method("selective-mutation", "torch selective non-reentrant, cache mutation allowed",
            HIDDEN_FAMILIES, doc="the same with allow_cache_entry_mutation=True"),
+    # the wrappers people call (issue #25): they should give the underlying mode's cells
+    Method("wrapper-no-reentrant", "torch checkpoint_wrapper NO_REENTRANT",
+           doc="apply_activation_checkpointing(checkpoint_wrapper, NO_REENTRANT, "
+               "preserve_rng_state=True) on a module running the segment"),
+    Method("wrapper-no-reentrant-rng-off",
+           "torch checkpoint_wrapper NO_REENTRANT, RNG unpreserved",
+           doc="the same with preserve_rng_state=False"),
+    Method("wrapper-reentrant", "torch checkpoint_wrapper REENTRANT",
+           doc="apply_activation_checkpointing(checkpoint_wrapper, REENTRANT, "
+               "preserve_rng_state=True)"),
+    Method("wrapper-reentrant-rng-off", "torch checkpoint_wrapper REENTRANT, RNG unpreserved",
+           doc="the same with preserve_rng_state=False"),
+    Method("sequential", "torch checkpoint_sequential, non-reentrant",
+           doc="checkpoint_sequential(use_reentrant=False) over one function per op of "
+               "the segment (each clones the buffer it writes, as a layer returns a new "
+               "tensor), every op checkpointed"),
 )
 CHECKPOINT = {
     "reentrant": dict(use_reentrant=True, preserve_rng_state=True),
@@ -58,6 +74,13 @@ CHECKPOINT = {
     "transactional": dict(use_reentrant=False, preserve_rng_state=False),
     "selective": dict(use_reentrant=False, preserve_rng_state=True),
     "selective-mutation": dict(use_reentrant=False, preserve_rng_state=True),
+}
+# checkpoint_wrapper rows: (CheckpointImpl member, preserve_rng_state)
+WRAPPER = {
+    "wrapper-no-reentrant": ("NO_REENTRANT", True),
+    "wrapper-no-reentrant-rng-off": ("NO_REENTRANT", False),
+    "wrapper-reentrant": ("REENTRANT", True),
+    "wrapper-reentrant-rng-off": ("REENTRANT", False),
 }
 
 
@@ -107,6 +130,51 @@ class TorchAdapter:
             run.backward()
             return Observation(run.gradient(), run.buffer_bytes(), _rng_bytes(torch),
                                run.determinism_flagged())
+
+    def plain_method(self, method: Method) -> Method:
+        """The run without checkpointing that reproducers compare with: native eager."""
+        return METHODS[1]
+
+    def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
+        """A standalone script for the plain checkpoint methods and the checkpoint_wrapper
+        rows (``repro.py``); None for the transaction and selective checkpointing, whose
+        ``context_fn`` does not fit the 40-line budget, for checkpoint_sequential (one
+        function per op: never D here) and for the methods without a checkpoint."""
+        from replayverify.cohort.torch_repro import script
+
+        title = f"replayverify cohort reproducer: {record['row']} on {case.id} " \
+                f"(torch {self.version()})"
+        if method.name in WRAPPER:
+            impl, preserve = WRAPPER[method.name]
+            return script(case, title=title, ckpt="lambda f, *a: WRAP(f)(*a)", imports=(
+                "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import "
+                "CheckpointImpl, apply_activation_checkpointing as aac, checkpoint_wrapper as cw",
+                "class Seg(torch.nn.Module): forward = lambda self, *a: self.f(*a)  # a module",
+                "def WRAP(f):  # as FSDP users apply it",
+                "    m = torch.nn.Sequential(Seg()); m[0].f = f",
+                f"    aac(m, checkpoint_wrapper_fn=lambda mod: cw(mod, checkpoint_impl="
+                f"CheckpointImpl.{impl}, preserve_rng_state={preserve}), check_fn=lambda mod: "
+                "isinstance(mod, Seg)); return m[0]"),
+                clone_reads=not plain_matches(self, case))
+        kwargs = CHECKPOINT.get(method.name)
+        if kwargs is None or method.name == "transactional" or \
+                method.name.startswith("selective"):
+            return None
+
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        if not kwargs["use_reentrant"]:
+            args += ", determinism_check='default'"
+        return script(case, title=title, ckpt=f"lambda f, *a: checkpoint(f, *a, {args})",
+                      imports=("from torch.utils.checkpoint import checkpoint",),
+                      clone_reads=not plain_matches(self, case))
+
+
+def plain_matches(adapter: Any, case: Case) -> bool:
+    """Whether native eager (no checkpoint) matches the reference on ``case``."""
+    from replayverify.cohort.adapter import Reference, observe
+
+    ref = Reference.of(case, adapter.draw_tape(case))
+    return observe(adapter, case, METHODS[1], ref)["outcome"] == "match"
 
 
 @contextlib.contextmanager
@@ -217,6 +285,14 @@ class _Run:
             self.ops(ks, local, log)
             return tuple(local[name] for name in owned)
 
+        if method in WRAPPER:
+            outs = _wrapped(self.torch, segment, *WRAPPER[method])(
+                *(self.bufs[name] for name in args))
+            self.bufs.update(zip(owned, outs))
+            return
+        if method == "sequential":
+            self.sequential(ks, args, owned, hidden)
+            return
         kwargs = dict(CHECKPOINT[method])
         if method == "transactional":
             kwargs["context_fn"] = functools.partial(_transaction, self.torch, self.bufs,
@@ -231,6 +307,31 @@ class _Run:
             kwargs["determinism_check"] = "default"
         outs = checkpoint(segment, *(self.bufs[name] for name in args), **kwargs)
         self.bufs.update(zip(owned, outs))
+
+    def sequential(self, ks: range, args: list[str], owned: list[str],
+                   hidden: set[str]) -> None:
+        """The segment through ``checkpoint_sequential``: one function per op, on the
+        tuple of the segment's non-hidden buffers, cloning the buffer it writes; an
+        identity last (checkpoint_sequential runs its last function unchecked)."""
+        from torch.utils.checkpoint import checkpoint_sequential
+
+        def layer(k: int):
+            def fn(state):
+                local = dict(zip(args, state))
+                dst = self.p.view(self.p.ops[k].dst).buffer
+                if dst not in hidden:
+                    local[dst] = local[dst].clone()
+                for name in hidden:
+                    local[name] = self.bufs[name]
+                self.ops(range(k, k + 1), local)
+                return tuple(local[name] for name in args)
+            return fn
+
+        functions = [layer(k) for k in ks] + [lambda state: state]
+        state = checkpoint_sequential(functions, len(functions),
+                                      tuple(self.bufs[name] for name in args),
+                                      use_reentrant=False)
+        self.bufs.update((name, t) for name, t in zip(args, state) if name in owned)
 
     def backward(self) -> None:
         torch = self.torch
@@ -291,6 +392,28 @@ def _transaction(torch: Any, bufs: dict, hidden: tuple[str, ...]) -> tuple:
             yield
 
     return forward(), recompute()
+
+
+def _wrapped(torch: Any, fn, impl: str, preserve: bool) -> Any:
+    """``fn`` as a module's forward, checkpointed the way FSDP users do it:
+    ``apply_activation_checkpointing`` with ``checkpoint_wrapper`` on a parent module."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    class Segment(torch.nn.Module):
+        def forward(self, *tensors):
+            return fn(*tensors)
+
+    model = torch.nn.Sequential(Segment())
+    apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=functools.partial(
+            checkpoint_wrapper, checkpoint_impl=getattr(CheckpointImpl, impl),
+            preserve_rng_state=preserve),
+        check_fn=lambda m: isinstance(m, Segment))
+    return model[0]
 
 
 def _save_products(torch: Any):

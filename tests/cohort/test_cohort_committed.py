@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from replayverify.cohort import EXPECTED
+from replayverify.cohort.expected_compiled import EXPECTED_COMPILED
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports" / "cohort"
 
@@ -31,7 +32,9 @@ def test_committed_cohort_reproduces_table_2_and_every_extra_row():
     for row, cells in TABLE2.items():
         c = s["table"][row]
         assert (c["M"], c["R"], c["D"]) == cells, row
-    assert set(s["table"]) == set(EXPECTED)  # every row judged, none without expectation
+    # every row judged, none without expectation (the eager wrapper rows of issue #25 are
+    # judged by expected_compiled; a run made before them does not have them)
+    assert set(EXPECTED) <= set(s["table"]) <= set(EXPECTED) | set(EXPECTED_COMPILED)
     assert s["records"] == sum(c["M"] + c["R"] + c["D"] for c in s["table"].values())
     assert all(c["determinism_flagged"] in (None, 0) for c in s["table"].values())
     report = (REPORTS / "report.md").read_text()

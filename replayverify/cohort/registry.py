@@ -14,6 +14,10 @@ BUILTIN = {
     "torch": "replayverify.cohort.torch_adapter:TorchAdapter",
     "jax": "replayverify.cohort.jax_adapter:JaxAdapter",
     "replayverify": "replayverify.cohort.engines_adapter:EnginesAdapter",
+    "jax-state": "replayverify.cohort.jax_state_adapter:JaxStateAdapter",
+    "jax-remat3": "replayverify.cohort.jax_state_adapter:JaxRemat3Adapter",
+    "keras-torch": "replayverify.cohort.keras_adapter:KerasTorchAdapter",
+    "keras-jax": "replayverify.cohort.keras_adapter:KerasJaxAdapter",
 }
 _REGISTRY: dict[str, Adapter] = {}
 _RESOLVED: dict[str, Adapter] = {}

@@ -16,6 +16,7 @@ BUILTIN = {
     "replayverify": "replayverify.cohort.engines_adapter:EnginesAdapter",
     "jax-state": "replayverify.cohort.jax_state_adapter:JaxStateAdapter",
     "jax-remat3": "replayverify.cohort.jax_state_adapter:JaxRemat3Adapter",
+    "flax": "replayverify.cohort.flax_adapter:FlaxAdapter",
     "keras-torch": "replayverify.cohort.keras_adapter:KerasTorchAdapter",
     "keras-jax": "replayverify.cohort.keras_adapter:KerasJaxAdapter",
 }

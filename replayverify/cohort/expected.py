@@ -11,6 +11,7 @@ records come from running the frameworks, never from this table.
 from __future__ import annotations
 
 from replayverify.cohort.cases import FAMILIES
+from replayverify.cohort.expected_stateful import expected_stateful
 
 LOCAL = ("local-strided", "local-overlap")
 HIDDEN = ("hidden-strided", "hidden-overlap")
@@ -133,4 +134,4 @@ BUG_CLASS: dict[str, str] = {
 
 def expected_letter(row: str, family: str) -> str | None:
     """The expected outcome letter of a record, or None where nothing is expected."""
-    return EXPECTED.get(row, {}).get(family)
+    return EXPECTED.get(row, {}).get(family) or expected_stateful(row, family)

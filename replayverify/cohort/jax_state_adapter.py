@@ -248,6 +248,9 @@ class JaxStateAdapter(IsolatedAdapter):
     env = (("XLA_FLAGS", NO_FMA),)
     method_list = METHODS
 
+    def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
+        return _reproducer(case, method, remat3=False)
+
 
 class JaxRemat3Adapter(IsolatedAdapter):
     """The checkpoint methods of ``jax-state`` with ``JAX_REMAT3=1`` (read at import)."""
@@ -255,3 +258,18 @@ class JaxRemat3Adapter(IsolatedAdapter):
     name, label, package, hint, target = "jax-remat3", "JAX", "jax", HINT, TARGET
     env = (("XLA_FLAGS", NO_FMA), ("JAX_REMAT3", "1"))
     method_list = REMAT3_METHODS
+
+    def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
+        return _reproducer(case, method, remat3=True)
+
+
+def _reproducer(case: Case, method: Method, remat3: bool) -> str | None:
+    """A script for the mutable-ref checkpoint methods without jit (the functional
+    policy rows match; a standalone jit script meets an error the adapter's run does not,
+    docs/cohort.md): ``ref-eager`` against the method."""
+    how = HOW[method.name]
+    if not (how.refs and how.checkpoint) or how.jit:
+        return None
+    from replayverify.cohort.stateful_repro import jax_script
+
+    return jax_script(case, jit=False, policy=how.policy, remat3=remat3)

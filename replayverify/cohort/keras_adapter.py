@@ -264,6 +264,14 @@ class KerasTorchAdapter(_KerasAdapter):
     env = (("KERAS_BACKEND", "torch"),)
     method_list = _methods("torch")
 
+    def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
+        """The layer stack without and with the method's remat (docs/cohort.md)."""
+        if method.name == "layers":
+            return None  # the plain run itself
+        from replayverify.cohort.stateful_repro import keras_script
+
+        return keras_script(case, backend="torch", how=method.name)
+
 
 class KerasJaxAdapter(_KerasAdapter):
     name, backend = "keras-jax", "jax"

@@ -1,6 +1,10 @@
 """Cohort speed: the full 50-key cohort (torch, JAX and --extra), wall time and records/s.
 
 Run: python benchmarks/cohort_speed.py [--seeds 420000:420050] [--workers 2] [--out DIR]
+     [--frameworks torch,jax] [--resume]
+
+The stateful rows (reports/cohort-stateful/): --frameworks
+jax-state,jax-remat3,flax,keras-torch,keras-jax.
 
 Measures, in one run: (1) the wall time of `run_cohort` over every framework with
 `--extra` and the given workers (its records, summary and report go to --out when
@@ -30,6 +34,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="420000:420050")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--frameworks", default="torch,jax")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --out")
     args = ap.parse_args()
     seeds = parse_seeds(args.seeds)
 
@@ -44,10 +50,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
-        cfg = CohortConfig(frameworks=("torch", "jax"), seeds=seeds, extra=True,
-                           workers=args.workers, out=out,
+        frameworks = tuple(args.frameworks.split(","))
+        named = "" if frameworks == ("torch", "jax") else f" --frameworks {args.frameworks}"
+        cfg = CohortConfig(frameworks=frameworks, seeds=seeds, extra=True,
+                           workers=args.workers, out=out, resume=args.resume,
                            command=f"replayverify cohort --seeds {args.seeds} --extra "
-                                   f"--workers {args.workers}")
+                                   f"--workers {args.workers}{named}")
         t = time.perf_counter()
         summary = run_cohort(cfg)
         wall = time.perf_counter() - t

@@ -29,7 +29,13 @@ NEW = ("jax-state", "jax-remat3", "flax", "keras-torch", "keras-jax")
 HAS = {m: importlib.util.find_spec(m) is not None for m in ("jax", "flax", "keras", "torch")}
 
 
+LETTER = {"match": "M", "rejected": "R", "diverge": "D"}
+
+
 def by_method(records: list[dict]) -> dict[str, dict]:
+    """The records of one task by method, each as its expected cell says (exact cells)."""
+    for r in records:
+        assert r["expected"] is not None and LETTER[r["outcome"]] == r["expected"], r
     return {r["method"]: r for r in records}
 
 
@@ -71,6 +77,14 @@ def test_jax_mutable_ref_checkpoint_diverges_on_a_generated_hidden_case():
     assert ck["diverged"] == ["gradient", "buffer hid"]  # the update applied twice
     assert recs["policy-names"]["outcome"] == "match"
     assert all(r["version"] == importlib.metadata.version("jax") for r in recs.values())
+
+
+@pytest.mark.skipif(not HAS["jax"], reason="jax not installed")
+def test_jax_remat3_refuses_a_closed_over_ref():
+    recs = by_method(run_task("jax-remat3/hidden-overlap/420000/float64"))
+    assert recs["ref-checkpoint"]["exception"]["type"] == "AssertionError"
+    assert recs["policy-names"]["outcome"] == "match"
+    assert recs["ref-checkpoint"]["row"].endswith(", JAX_REMAT3=1")
 
 
 @pytest.mark.skipif(not (HAS["keras"] and HAS["torch"]), reason="keras or torch missing")

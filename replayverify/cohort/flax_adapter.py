@@ -48,6 +48,9 @@ class FlaxAdapter:
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         return METHODS
 
+    def plain_method(self, method: Method) -> Method | None:
+        return METHODS[0]  # the module without remat
+
     def draw_tape(self, case: Case) -> Tape:
         import jax
         from flax import nnx

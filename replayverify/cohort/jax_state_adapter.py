@@ -83,6 +83,7 @@ METHODS = (
     Method("jit-no-cse", "JAX jit checkpoint, prevent_cse=False",
            doc="functional, under jit, jax.checkpoint(prevent_cse=False)"),
 )
+PLAIN = METHODS[0]  # ref-eager: the plain run of the reproducers (cohort/repro.py)
 REMAT3 = ", JAX_REMAT3=1"
 REMAT3_METHODS = tuple(Method(m.name, m.row + REMAT3, m.families, m.doc + "; JAX_REMAT3=1")
                        for m in METHODS if HOW[m.name].checkpoint)
@@ -248,8 +249,13 @@ class JaxStateAdapter(IsolatedAdapter):
     env = (("XLA_FLAGS", NO_FMA),)
     method_list = METHODS
 
+    shrink_checks = 0  # the cases are already small; each candidate costs seconds of JAX
+
     def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
         return _reproducer(case, method, remat3=False)
+
+    def plain_method(self, method: Method) -> Method | None:
+        return PLAIN
 
 
 class JaxRemat3Adapter(IsolatedAdapter):
@@ -259,8 +265,13 @@ class JaxRemat3Adapter(IsolatedAdapter):
     env = (("XLA_FLAGS", NO_FMA), ("JAX_REMAT3", "1"))
     method_list = REMAT3_METHODS
 
+    shrink_checks = 0
+
     def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
         return _reproducer(case, method, remat3=True)
+
+    def plain_method(self, method: Method) -> Method | None:
+        return PLAIN
 
 
 def _reproducer(case: Case, method: Method, remat3: bool) -> str | None:

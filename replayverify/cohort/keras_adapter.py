@@ -249,6 +249,11 @@ class _KerasAdapter(IsolatedAdapter):
     target = "replayverify.cohort.keras_adapter:KerasInProcess"
     backend = ""
 
+    shrink_checks = 100
+
+    def plain_method(self, method: Method) -> Method | None:
+        return self.method_list[0]  # the layer stack without remat
+
     def missing(self) -> str | None:
         if importlib.util.find_spec(self.backend) is None:
             return f"{self.backend} is not installed (needed by {self.name})"

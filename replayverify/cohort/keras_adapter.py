@@ -254,6 +254,14 @@ class _KerasAdapter(IsolatedAdapter):
     def plain_method(self, method: Method) -> Method | None:
         return self.method_list[0]  # the layer stack without remat
 
+    def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
+        """The layer stack without and with the method's remat (docs/cohort.md)."""
+        if method.name == "layers":
+            return None  # the plain run itself
+        from replayverify.cohort.stateful_repro import keras_script
+
+        return keras_script(case, backend=self.backend, how=method.name)
+
     def missing(self) -> str | None:
         if importlib.util.find_spec(self.backend) is None:
             return f"{self.backend} is not installed (needed by {self.name})"
@@ -268,14 +276,6 @@ class KerasTorchAdapter(_KerasAdapter):
     name, backend = "keras-torch", "torch"
     env = (("KERAS_BACKEND", "torch"),)
     method_list = _methods("torch")
-
-    def reproducer(self, case: Case, method: Method, record: dict) -> str | None:
-        """The layer stack without and with the method's remat (docs/cohort.md)."""
-        if method.name == "layers":
-            return None  # the plain run itself
-        from replayverify.cohort.stateful_repro import keras_script
-
-        return keras_script(case, backend="torch", how=method.name)
 
 
 class KerasJaxAdapter(_KerasAdapter):

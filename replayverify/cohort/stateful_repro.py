@@ -41,14 +41,13 @@ def literal(case: Case) -> str:
             {c: float(op.coef(c)) for c in _KINDS[op.kind.value]}) for op in p.ops]
     seg = case.segment_ops()
     return "\n".join([
-        f"DT, SEED, SEG = '{case.dtype}', {case.draw_seed}, ({seg.start}, {seg.stop})",
-        f"BUFS = {({k: [float(x) for x in v] for k, v in bufs.items()})!r}",
-        f"VIEWS = {views!r}",
-        f"OPS = {ops!r}",
+        f"DT, SEED, SEG = '{case.dtype}', {case.draw_seed}, ({seg.start}, {seg.stop}); "
         f"HIDDEN, UNTRACKED, INPUTS = {tuple(case.roles.hidden)!r}, "
-        f"{tuple(case.roles.untracked)!r}, {tuple(p.inputs)!r}",
+        f"{tuple(case.roles.untracked)!r}, {tuple(p.inputs)!r}; "
         f"LOSS, TOL = ({p.loss.view!r}, {[float(w) for w in p.loss.weights]!r}), "
         f"64 * {float(np.finfo(case.dtype).eps)!r} * {len(p.ops)}",
+        f"BUFS = {({k: [float(x) for x in v] for k, v in bufs.items()})!r}",
+        f"VIEWS = {views!r}; OPS = {ops!r}",
     ])
 
 
@@ -99,18 +98,18 @@ def run(ckpt):
 
 
 def keras_script(case: Case, *, backend: str, how: str) -> str:
-    """Keras on ``backend`` (torch): the layer stack without and with remat (``how``:
-    "remat-scope" builds the segment layer in RematScope(mode="full"), "remat" calls it
-    through keras.remat)."""
-    return f'''import os, sys; os.environ["KERAS_BACKEND"] = "{backend}"; import keras, numpy as np, torch; from keras import ops
+    """Keras on ``backend`` (torch or jax): the layer stack without and with remat
+    (``how``: "remat-scope" builds the segment layer in RematScope(mode="full"),
+    "remat" calls it through keras.remat)."""
+    env = ('KERAS_BACKEND="torch"' if backend == "torch" else
+           'KERAS_BACKEND="jax", JAX_ENABLE_X64="1", XLA_FLAGS="--xla_cpu_max_isa=AVX"')
+    fw = "torch" if backend == "torch" else "jax, jax.numpy as jnp"
+    return f'''import os, sys; os.environ.update({env}); import keras, numpy as np, {fw}; from keras import ops
 {literal(case)}
-IDX = {{v: np.arange(lo, lo + (n - 1) * st + 1, st) for v, (b, lo, n, st) in VIEWS.items()}}; NAMES = sorted(b for b in BUFS if b not in HIDDEN)
-def now(t): return t.value if isinstance(t, keras.Variable) else t
+IDX = {{v: np.arange(lo, lo + (n - 1) * st + 1, st) for v, (b, lo, n, st) in VIEWS.items()}}; NAMES = sorted(b for b in BUFS if b not in HIDDEN); now = lambda t: t.value if isinstance(t, keras.Variable) else t
 def write(B, v, val):
-    b = VIEWS[v][0]; m = np.zeros(len(BUFS[b]), bool); m[IDX[v]] = True; sp = np.zeros(len(BUFS[b]), "int64"); sp[IDX[v]] = np.arange(len(IDX[v]))
-    new = ops.where(ops.convert_to_tensor(m), ops.take(val, sp), now(B[b]))
-    if isinstance(B[b], keras.Variable): B[b].assign(new)
-    else: B[b] = new
+    b = VIEWS[v][0]; m = np.zeros(len(BUFS[b]), bool); m[IDX[v]] = True; sp = np.zeros(len(BUFS[b]), "int64"); sp[IDX[v]] = np.arange(len(IDX[v])); new = ops.where(ops.convert_to_tensor(m), ops.take(val, sp), now(B[b]))
+    B[b].assign(new) if isinstance(B[b], keras.Variable) else B.__setitem__(b, new)
 class Ops(keras.layers.Layer):
     def __init__(self, ks, st): super().__init__(dtype=DT, autocast=False); self.ks, self.st = ks, st
     def call(self, *ts):
@@ -120,14 +119,28 @@ class Ops(keras.layers.Layer):
             z = keras.random.normal((n,), dtype=DT, seed=g) if kind == "noise" else ops.cast(ops.less(keras.random.uniform((n,), dtype=DT, seed=g), c["keep"]), DT) if kind == "dropout" else None
             val = {RULES}; write(B, dst, ops.stop_gradient(val) if k in UNTRACKED else val)
         return tuple(B[n] for n in NAMES)
-def run(remat):
-    torch.set_num_threads(1); st = {{"hid": {{h: keras.Variable(np.asarray(BUFS[h], DT), trainable=False) for h in HIDDEN}}, "gen": keras.random.SeedGenerator(SEED)}}; pre, post = Ops(range(SEG[0]), st), Ops(range(SEG[1], len(OPS)), st)
-    xs = [torch.tensor(np.asarray(BUFS[VIEWS[n][0]], DT)[IDX[n]], requires_grad=True) for n in INPUTS]; B = {{b: ops.convert_to_tensor(np.asarray(BUFS[b], DT)) for b in NAMES}}
+def fwd(xs, st, remat):
+    B = {{b: ops.convert_to_tensor(np.asarray(BUFS[b], DT)) for b in NAMES}}; pre, post = Ops(range(SEG[0]), st), Ops(range(SEG[1], len(OPS)), st)
     for n, x in zip(INPUTS, xs): write(B, n, x)
     with keras.RematScope(mode="full" if remat and "{how}" == "remat-scope" else None): seg = Ops(range(*SEG), st)
     seg = keras.remat(seg) if remat and "{how}" == "remat" else seg; vals = tuple(B[n] for n in NAMES)
     for f, ks in ((pre, range(SEG[0])), (seg, range(*SEG)), (post, range(SEG[1], len(OPS)))): vals = f(*vals) if len(ks) else vals
-    B = dict(zip(NAMES, vals)); ops.sum(ops.convert_to_tensor(np.asarray(LOSS[1])) * ops.cast(ops.take(B[VIEWS[LOSS[0]][0]], IDX[LOSS[0]]), "float64")).backward()
-    out = {{**{{n: v.detach().numpy() for n, v in B.items()}}, **{{h: v.value.detach().numpy() for h, v in st["hid"].items()}}}}
+    B = dict(zip(NAMES, vals)); return ops.sum(ops.convert_to_tensor(np.asarray(LOSS[1])) * ops.cast(ops.take(B[VIEWS[LOSS[0]][0]], IDX[LOSS[0]]), "float64")), B
+def state(): return {{"hid": {{h: keras.Variable(np.asarray(BUFS[h], DT), trainable=False) for h in HIDDEN}}, "gen": keras.random.SeedGenerator(SEED)}}
+''' + (_KERAS_TORCH if backend == "torch" else _KERAS_JAX) + _COMPARE
+
+
+_KERAS_TORCH = '''def run(remat):
+    torch.set_num_threads(1); st = state(); xs = [torch.tensor(np.asarray(BUFS[VIEWS[n][0]], DT)[IDX[n]], requires_grad=True) for n in INPUTS]; loss, B = fwd(xs, st, remat); loss.backward()
+    out = {**{n: v.detach().numpy() for n, v in B.items()}, **{h: v.value.detach().numpy() for h, v in st["hid"].items()}}
     return torch.cat([x.grad.reshape(-1).double() for x in xs]).numpy(), out, st["gen"].state.value.numpy()
-''' + _COMPARE
+'''
+_KERAS_JAX = '''def run(remat):
+    st = state(); V = [*st["hid"].values(), st["gen"].state]; init = [v.value for v in V]
+    def prog(xs):
+        with keras.StatelessScope(state_mapping=list(zip(V, init))) as sc:
+            loss, B = fwd(xs, st, remat); fin = [sc.get_current_value(v) for v in V]; fin = [i if f is None else f for f, i in zip(fin, init)]
+        return loss, ({**B, **dict(zip(st["hid"], fin))}, fin[-1])
+    _, vjp, (out, gen) = jax.vjp(prog, [jnp.asarray(np.asarray(BUFS[VIEWS[n][0]], DT)[IDX[n]]) for n in INPUTS], has_aux=True)
+    return jnp.concatenate([g.reshape(-1) for g in vjp(jnp.float64(1.0))[0]]), out, gen
+'''

@@ -164,3 +164,12 @@ def test_keras_torch_reproducer_shows_the_running_statistic(tmp_path):
     assert "DIFFERS: buffer stat" in lines and "DIFFERS: generator state" in lines
     assert any(x.startswith("DIFFERS: gradient") for x in lines) == ("gradient" in
                                                                      rec["diverged"])
+
+
+@pytest.mark.skipif(not (HAS["keras"] and HAS["jax"]), reason="keras or jax missing")
+def test_keras_jax_reproducer_shows_the_leaked_tracer(tmp_path):
+    run, rec = run_reproducer(tmp_path, "keras-jax", "keras-jax/local-strided/420001/float32",
+                              "remat")
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert claimed(run) == [f"DIFFERS: raised {rec['exception']['type']}: "
+                            f"{rec['exception']['message']}"]

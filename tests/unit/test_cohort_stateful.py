@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from replayverify.cohort import Method, build_case, registry
+from replayverify.cohort import Method, Reference, build_case, observe, registry
 from replayverify.cohort.adapter import Adapter
 from replayverify.cohort.expected import EXPECTED, expected_letter
 from replayverify.cohort.expected_stateful import EXPECTED_STATEFUL, expected_stateful
@@ -124,12 +124,15 @@ def test_flax_nnx_remat_threads_its_state():
 
 def run_reproducer(tmp_path: Path, framework: str, task: str, method: str,
                    extra: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
-    """The adapter's reproducer for ``method`` on ``task``'s case, run alone."""
+    """The adapter's reproducer for ``method`` on ``task``'s case, run alone (the method's
+    record made by the adapter, as the runner makes it, and checked against its cell)."""
     adapter = registry.get(framework)
-    rec = by_method(run_task(task, extra=extra))[method]
     _, fam, seed, dtype = task.split("/")
+    case = build_case(fam, int(seed), dtype)
     m = next(m for m in adapter.methods(extra) if m.name == method)
-    text = adapter.reproducer(build_case(fam, int(seed), dtype), m, rec)
+    rec = observe(adapter, case, m, Reference.of(case, adapter.draw_tape(case)))
+    assert LETTER[rec["outcome"]] == expected_letter(m.row, fam)
+    text = adapter.reproducer(case, m, rec)
     assert text is not None and len(text.splitlines()) <= 40
     script = tmp_path / "repro.py"
     script.write_text(text)

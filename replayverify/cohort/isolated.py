@@ -20,6 +20,7 @@ import pickle
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -61,13 +62,18 @@ class Isolated:
         self.target, self.env = target, env
         self._child: subprocess.Popen | None = None
         self._pid = 0
+        self._lock = threading.Lock()  # Dask runs tasks in threads: one call at a time
 
     def call(self, what: str, *args: Any) -> Any:
+        with self._lock:
+            return self._call(what, args)
+
+    def _call(self, what: str, args: tuple) -> Any:
         child = self._start()
         try:
             _send(child.stdin, (what, args))
             status, value = _recv(child.stdout)
-        except (EOFError, OSError, BrokenPipeError):
+        except (EOFError, OSError):
             self._child = None
             raise RuntimeError(f"the {self.target} child process died "
                                f"(exit status {child.poll()})") from None

@@ -93,7 +93,7 @@ def run(ckpt):
         return jnp.sum(jnp.asarray(LOSS[1]) * l), ({{b: R[b][...] for b in V}}, jax.random.key_data(key))
     xs = tuple(jnp.asarray(BUFS[sl(n)[0]], DT)[sl(n)[1]] for n in INPUTS)
     _, vjp, (bufs, key) = jax.vjp(jax.jit(prog) if {jit} else prog, xs, has_aux=True)
-    return jnp.concatenate([v.reshape(-1) for v in vjp(jnp.float64(1.0))[0]]), {{**bufs, **{{h: r[...] for h, r in hid.items()}}}}, key
+    return jnp.concatenate([v.reshape(-1) for v in vjp(jnp.float64(1.0))[0]] or [jnp.zeros(0)]), {{**bufs, **{{h: r[...] for h, r in hid.items()}}}}, key
 ''' + _COMPARE
 
 
@@ -133,7 +133,7 @@ def state(): return {{"hid": {{h: keras.Variable(np.asarray(BUFS[h], DT), traina
 _KERAS_TORCH = '''def run(remat):
     torch.set_num_threads(1); st = state(); xs = [torch.tensor(np.asarray(BUFS[VIEWS[n][0]], DT)[IDX[n]], requires_grad=True) for n in INPUTS]; loss, B = fwd(xs, st, remat); loss.backward()
     out = {**{n: v.detach().numpy() for n, v in B.items()}, **{h: v.value.detach().numpy() for h, v in st["hid"].items()}}
-    return torch.cat([x.grad.reshape(-1).double() for x in xs]).numpy(), out, st["gen"].state.value.numpy()
+    return torch.cat([x.grad.reshape(-1).double() for x in xs] or [torch.zeros(0)]).numpy(), out, st["gen"].state.value.numpy()
 '''
 _KERAS_JAX = '''def run(remat):
     st = state(); V = [*st["hid"].values(), st["gen"].state]; init = [v.value for v in V]
@@ -142,5 +142,5 @@ _KERAS_JAX = '''def run(remat):
             loss, B = fwd(xs, st, remat); fin = [sc.get_current_value(v) for v in V]; fin = [i if f is None else f for f, i in zip(fin, init)]
         return loss, ({**B, **dict(zip(st["hid"], fin))}, fin[-1])
     _, vjp, (out, gen) = jax.vjp(prog, [jnp.asarray(np.asarray(BUFS[VIEWS[n][0]], DT)[IDX[n]]) for n in INPUTS], has_aux=True)
-    return jnp.concatenate([g.reshape(-1) for g in vjp(jnp.float64(1.0))[0]]), out, gen
+    return jnp.concatenate([g.reshape(-1) for g in vjp(jnp.float64(1.0))[0]] or [jnp.zeros(0)]), out, gen
 '''

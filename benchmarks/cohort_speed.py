@@ -6,6 +6,8 @@ Run: python benchmarks/cohort_speed.py [--seeds 420000:420050] [--workers 2] [--
 `--frameworks torch-compile-aot-eager` (or torch-compile, torch-compile-inductor) times
 the compiled rows instead (reports/cohort-compile/, issue #25); `--resume` continues an
 interrupted run in --out (the wall time printed is then that of the last part).
+The stateful rows (reports/cohort-stateful/): --frameworks
+jax-state,jax-remat3,flax,keras-torch,keras-jax.
 
 Measures, in one run: (1) the wall time of `run_cohort` over every framework with
 `--extra` and the given workers (its records, summary and report go to --out when
@@ -36,7 +38,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None)
     ap.add_argument("--frameworks", default="torch,jax")
-    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --out")
     args = ap.parse_args()
     frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
     if args.resume and not args.out:

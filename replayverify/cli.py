@@ -516,7 +516,8 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
 
 @main.command()
 @click.option("--frameworks", default="torch,jax", show_default=True,
-              help="Comma-separated: torch, jax, replayverify, or module:attr naming your "
+              help="Comma-separated: torch, jax, replayverify; the stateful APIs jax-state, "
+                   "jax-remat3, flax, keras-torch, keras-jax; or module:attr naming your "
                    "own adapter (docs/cohort.md).")
 @click.option("--seeds", default="420000:420050", show_default=True,
               help="Seed keys A:B (A included, B not); each key gives every family in "

@@ -149,16 +149,28 @@ class _Run:
         o = operands(op, lambda name: self.read(bufs, name))
         z = None
         if op.spec.draws:
-            key, z = _draw(self.jax, key, op, self.p.view(op.dst).size, dtype)
-        values = RULES[op.kind](lambda c: jnp.asarray(op.coef(c), dtype), o, z)
+            key, z = self.draw(key, op)
+        values = self.tag(op, RULES[op.kind](lambda c: jnp.asarray(op.coef(c), dtype), o, z))
         if k in self.case.roles.untracked:
             values = self.jax.lax.stop_gradient(values)
-        b = self.p.view(op.dst).buffer
-        if self.method.startswith("inplace"):
-            bufs[b][self.index[op.dst]] = values  # JAX arrays are immutable: refused
-        else:
-            bufs[b] = self.written(bufs[b], op.dst, values)
+        self.store(bufs, op.dst, values)
         return key
+
+    def draw(self, key: Any, op) -> tuple[Any, Any]:
+        """(next key, the op's draw), as ``draw_tape`` makes it."""
+        return _draw(self.jax, key, op, self.p.view(op.dst).size, self.case.dtype)
+
+    def tag(self, op, values: Any) -> Any:
+        """An op's output as the program uses it (a subclass may name it for remat)."""
+        return values
+
+    def store(self, bufs: dict, name: str, values: Any) -> None:
+        """Write view ``name`` of ``bufs``: natively in place (refused) or out of place."""
+        b = self.p.view(name).buffer
+        if self.method.startswith("inplace"):
+            bufs[b][self.index[name]] = values  # JAX arrays are immutable: refused
+        else:
+            bufs[b] = self.written(bufs[b], name, values)
 
     def ops(self, ks: range, bufs: dict, key: Any) -> Any:
         for k in ks:

@@ -18,6 +18,11 @@ BUILTIN = {
     "torch-compile": "replayverify.cohort.compiled_adapter:CompiledAdapter",
     "torch-compile-aot-eager": "replayverify.cohort.compiled_adapter:aot_eager_only",
     "torch-compile-inductor": "replayverify.cohort.compiled_adapter:inductor_only",
+    "jax-state": "replayverify.cohort.jax_state_adapter:JaxStateAdapter",
+    "jax-remat3": "replayverify.cohort.jax_state_adapter:JaxRemat3Adapter",
+    "flax": "replayverify.cohort.flax_adapter:FlaxAdapter",
+    "keras-torch": "replayverify.cohort.keras_adapter:KerasTorchAdapter",
+    "keras-jax": "replayverify.cohort.keras_adapter:KerasJaxAdapter",
 }
 _REGISTRY: dict[str, Adapter] = {}
 _RESOLVED: dict[str, Adapter] = {}

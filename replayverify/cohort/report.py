@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from replayverify.cohort.expected import BUG_CLASS, PAPER_CELLS, TABLE2
+from replayverify.cohort.expected_stateful import BUG_CLASS_STATEFUL, EXPECTED_STATEFUL
 
 
 def _cells(c: dict) -> str:
@@ -93,4 +94,8 @@ def render_report(summary: dict, records: list[dict]) -> str:
 
         if any(row.split(" [")[0] in ROWS for row in table):
             lines += [f"- **{k}**: {v}" for k, v in BUG_CLASS_COMPILED.items()]
+    if any(r["row"].split(" [")[0] in EXPECTED_STATEFUL for r in records):
+        lines += ["", "## Stateful recomputation APIs: the bug class each row group models",
+                  ""]
+        lines += [f"- **{k}**: {v}" for k, v in BUG_CLASS_STATEFUL.items()]
     return "\n".join(lines) + "\n"

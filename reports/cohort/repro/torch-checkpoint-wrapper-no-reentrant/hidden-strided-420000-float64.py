@@ -1,0 +1,35 @@
+# replayverify cohort reproducer: torch checkpoint_wrapper NO_REENTRANT on hidden-strided/420000/float64 (torch 2.13.0+cpu)
+import torch
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, apply_activation_checkpointing as aac, checkpoint_wrapper as cw
+class Seg(torch.nn.Module): forward = lambda self, *a: self.f(*a)  # a module
+def WRAP(f):  # as FSDP users apply it
+    m = torch.nn.Sequential(Seg()); m[0].f = f
+    aac(m, checkpoint_wrapper_fn=lambda mod: cw(mod, checkpoint_impl=CheckpointImpl.NO_REENTRANT, preserve_rng_state=True), check_fn=lambda mod: isinstance(mod, Seg)); return m[0]
+DT, SEED, N_OPS, EPS = torch.float64, 420000, 6, 2.0 ** -52; V, C = (lambda b, shape, strides, off: b.as_strided(shape, strides, off)), (lambda v: torch.tensor(v, dtype=DT))  # a view; a coefficient (0-d)
+def run(ckpt):
+    torch.manual_seed(SEED)
+    b_inp, b_out, b_tail, b_act, b_hid = (torch.zeros(n, dtype=DT) for n in (1, 1, 1, 5, 2))
+    leaves = [V(b_inp, (1,), (1,), 0).detach().clone().requires_grad_()]; V(b_inp, (1,), (1,), 0).copy_(leaves[0])
+    def seg(b_act, b_inp, b_out):
+        b_act, b_out = b_act.clone(), b_out.clone()
+        V(b_act, (1,), (1,), 0).copy_((V(b_inp, (1,), (1,), 0) * (torch.rand(1, dtype=DT) < C(0.5)).to(DT)) / C(0.5))
+        V(b_act, (1,), (1,), 4).copy_((C(1.0) * V(b_act, (1,), (1,), 0) + C(1.0) * V(b_hid, (1,), (2,), 0)) + C(0.0))
+        V(b_hid, (1,), (2,), 1).copy_((C(1.0) * V(b_hid, (1,), (2,), 1) + C(1.0) * V(b_hid, (1,), (2,), 0)) + C(0.0))
+        V(b_out, (1,), (1,), 0).copy_(V(b_act, (1,), (1,), 4) * V(b_act, (1,), (1,), 0))
+        return b_act, b_out,
+    b_act, b_out, = ckpt(seg, b_act, b_inp, b_out)
+    V(b_hid, (1,), (2,), 0).copy_((C(1.0) * V(b_hid, (1,), (2,), 0) + C(1.0) * V(b_hid, (1,), (2,), 1)) + C(-0.759))
+    V(b_tail, (1,), (1,), 0).copy_(V(b_out, (1,), (1,), 0) + C(1.0) * torch.randn(1, dtype=DT))
+    w = torch.tensor([1.0], dtype=torch.float64)
+    (w * V(b_tail, (1,), (1,), 0).reshape(-1).to(torch.float64)).sum().backward()
+    return torch.cat([torch.zeros(t.numel()) if t.grad is None else t.grad.reshape(-1) for t in leaves] + [torch.zeros(0)]).double(), {'inp': b_inp, 'out': b_out, 'tail': b_tail, 'act': b_act, 'hid': b_hid}, torch.get_rng_state()
+plain = run(lambda f, *a: f(*a))
+try:
+    got = run(lambda f, *a: WRAP(f)(*a))
+except Exception as e:  # the method refused it (a compiler error: what it wraps)
+    e = getattr(e, 'inner_exception', None) or e; print(f'DIFFERS: raised {type(e).__name__}: ' + (str(e).strip().splitlines() or [''])[0]); raise SystemExit(1)
+err = max((got[0] - plain[0]).abs().tolist(), default=0.0)
+out = [f'gradient max|diff| {err:.3g}'] * (not err <= 64 * EPS * N_OPS * max([1.0, *plain[0].abs().tolist()]))
+out += [f'buffer {k}' for k, t in plain[1].items() if t.detach().numpy().tobytes() != got[1][k].detach().numpy().tobytes()]
+out += ['generator state'] * (not torch.equal(plain[2], got[2]))
+print('\n'.join('DIFFERS: ' + x for x in out) or 'no difference'); raise SystemExit(1 if out else 0)

@@ -135,11 +135,10 @@ BUG_CLASS: dict[str, str] = {
 def expected_letter(row: str, family: str, version: str | None = None) -> str | None:
     """The expected outcome letter of a record, or None where nothing is expected.
     ``version``: the framework's, for rows whose cells are pinned to one version
-    (``expected_compiled``); the stateful rows (``expected_stateful``) are the cells
-    observed with the versions docs/cohort.md names, whatever the version."""
+    (``expected_compiled``, ``expected_stateful``): another version has no expectation."""
     got = EXPECTED.get(row, {}).get(family)
     if got is None:
         from replayverify.cohort.expected_compiled import letter
 
         got = letter(row, family, version)
-    return got or expected_stateful(row, family)
+    return got or expected_stateful(row, family, version)

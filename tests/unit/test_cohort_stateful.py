@@ -57,6 +57,19 @@ def test_stateful_rows_have_expectations_outside_the_paper_table():
     assert expected_letter("torch reentrant", "hidden-strided") == "D"  # unchanged
 
 
+def test_stateful_cells_are_expected_only_with_the_versions_they_were_observed_with():
+    row = "JAX mutable-ref checkpoint"
+    assert expected_letter(row, "hidden-strided", "0.10.2") == "D"
+    assert expected_letter(row, "hidden-strided", "0.11.0") is None  # no-expectation
+    assert expected_letter("keras-torch keras.remat", "raw-copy", "3.15.1 (torch 2.13.0+cpu)")
+    assert expected_letter("keras-torch keras.remat", "raw-copy", "3.16.0 (torch 2.13.0+cpu)") \
+        is None
+    committed = json.loads((Path(__file__).resolve().parents[2] / "reports" /
+                            "cohort-stateful" / "summary.json").read_text())
+    versions = {v for fw, v in committed["frameworks"].items() if fw != "replayverify"}
+    assert versions and all(expected_stateful(row, "local-strided", v) for v in versions)
+
+
 def test_isolated_child_answers_and_names_the_exceptions_it_raised():
     child = Isolated("replayverify.cohort.engines_adapter:EnginesAdapter", {"X_TEST": "1"})
     case = build_case("hidden-strided", 420000, "float64")

@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.metadata
-import importlib.util
 import logging
 import os
 import shutil
@@ -51,7 +49,6 @@ from replayverify.cohort._ops import RULES, element_geometry, unsupported_ops
 from replayverify.cohort.adapter import Method, NotRun, Observation, Tape, first_line
 from replayverify.cohort.cases import Case
 from replayverify.cohort.torch_adapter import (
-    HINT,
     TorchAdapter,
     _draw,
     _isolated,
@@ -111,10 +108,10 @@ class CompiledAdapter:
         self._eager = TorchAdapter()
 
     def missing(self) -> str | None:
-        return None if importlib.util.find_spec("torch") else HINT
+        return self._eager.missing()
 
     def version(self) -> str:
-        return importlib.metadata.version("torch")
+        return self._eager.version()
 
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         return _methods(self.backends)

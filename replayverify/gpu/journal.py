@@ -344,7 +344,7 @@ def _units(b: np.ndarray, unit: int) -> np.ndarray:
 
 
 def _host_gather(b: np.ndarray, lay: JournalLayout, out: np.ndarray) -> None:
-    plan = lay._device.get("host") or host_plan(lay)
+    plan = host_plan(lay)
     if plan.slices is not None:
         for sb, sj in plan.slices:
             out[sj] = b[sb]
@@ -353,7 +353,7 @@ def _host_gather(b: np.ndarray, lay: JournalLayout, out: np.ndarray) -> None:
 
 
 def _host_scatter(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
-    plan = lay._device.get("host") or host_plan(lay)
+    plan = host_plan(lay)
     if plan.slices is not None:
         for sb, sj in plan.slices:
             b[sb] = data[sj]
@@ -362,7 +362,7 @@ def _host_scatter(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
 
 
 def _host_swap(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
-    plan = lay._device.get("host") or host_plan(lay)
+    plan = host_plan(lay)
     if plan.slices is not None:
         for sb, sj in plan.slices:  # a run at a time: the temporary is one run
             kept = b[sb].copy()

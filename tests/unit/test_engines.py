@@ -236,6 +236,7 @@ def test_a_check_leaves_only_the_programs_layers_data_on_the_program():
     program carries the programs layer's data alone, and the layers' caches let the
     program go."""
     import gc
+    import weakref
 
     from replayverify.engines.plan import PER_PROGRAM
     from replayverify.verifier.check import check_program
@@ -246,10 +247,11 @@ def test_a_check_leaves_only_the_programs_layers_data_on_the_program():
         check_program(p, mutants=True)
         assert set(p.derived) <= programs_layer, set(p.derived) - programs_layer
         assert PER_PROGRAM.of(p)  # (the engines' plans are held, by the engines layer)
-        held = len(PER_PROGRAM)
+        alive = weakref.ref(p)
         del p
         gc.collect()
-        assert len(PER_PROGRAM) == held - 1
+        assert alive() is None  # (no cache keeps it)
+        assert all(ref() is not None for ref, _ in PER_PROGRAM._by.values())
 
 
 def test_a_run_under_other_rules_takes_no_replay_or_backward_of_an_earlier_run(monkeypatch):

@@ -347,7 +347,10 @@ class PerProgram:
     reference's callback: equal programs made by ``replace`` are other objects and derive
     their own). Each layer above the programs layer makes one (the engines' plans, the
     verifier's reference plans), so ``Program.derived`` holds the programs layer's alone.
-    A value must not refer back to its program (it would keep it alive)."""
+    (Not a cache keyed by ``id()`` alone: each entry holds a weak reference to its program,
+    checked on every lookup, and goes when the program goes; ``WeakKeyDictionary`` would
+    hash programs by value.) A value must not refer back to its program (it would keep
+    it alive)."""
 
     __slots__ = ("_by",)
 

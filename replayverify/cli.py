@@ -504,10 +504,11 @@ def profile(file: str, out: str | None, max_bytes: int) -> None:
     the plan with `replayverify check FILE --policy ...`.
     """
     from replayverify.engines.profile import profile_card
+    from replayverify.verifier.memo import Memo
 
     if out:
         out_file_or_exit(out, "--out")
-    card = dumps(profile_card(load_or_exit(file, max_bytes)), indent=2)
+    card = dumps(profile_card(load_or_exit(file, max_bytes), runner=Memo()), indent=2)
     if out:
         write_or_exit(out, card + "\n", "--out")
     else:

@@ -1,5 +1,13 @@
 """Preservation engines (SPEC §4): eager, whole, readset, region, guarded, policies,
-and deliberately wrong mutants, all behind one small protocol and one registry."""
+and deliberately wrong mutants, all behind one small protocol and one registry.
+
+Where things live: ``base`` (the engine protocol, the result, ``Strategy``, the run
+loop), ``runner`` (how a run starts, runs its ops and sweeps backward: the
+``OpRunner`` protocol and the plain ``PlainRunner``), ``plan`` (a program's static facts
+for the engines, derived once per program), ``strategies`` (the five strategies and the
+engines built from them), ``mutants``, ``registry``, ``profile``. Reuse across the runs
+of one check is not here: it is the verifier's runner, ``verifier.memo.Memo``.
+"""
 
 from replayverify.engines.base import (
     Engine,
@@ -20,6 +28,7 @@ from replayverify.engines.registry import (
     resolve,
     unregister,
 )
+from replayverify.engines.runner import OpRunner, PlainRunner
 from replayverify.engines.strategies import (
     POLICY_STRATEGIES,
     Eager,
@@ -40,6 +49,8 @@ __all__ = [
     "Engine",
     "EngineResult",
     "Guarded",
+    "OpRunner",
+    "PlainRunner",
     "PolicyEngine",
     "ReadSet",
     "Recovery",

@@ -2,14 +2,16 @@
 
 An engine assigns each segment a preservation *strategy*: what to retain during the
 forward pass (data) and how to recover the historical operand values for backward
-(one ``recover`` method). The run loop is common to all of them: a forward pass with
-``execute_op`` that calls the strategy's retain hooks, then a backward pass over the
+(one ``recover`` method). The run loop is common to all of them: a forward pass that
+runs each op and calls the strategy's retain hooks, then a backward pass over the
 segments in reverse order. Each segment is recovered inside a replay transaction that
 starts from and ends in the visible state (B_T, R_T), and its ops are differentiated
 with the reverse rules of the interpreter fed with the *recovered* operand values.
-The engine runs of one program share what is the same for them, byte for byte
-(``engines.shared``): an op run from the bytes, R and draws an earlier run ran it from,
-the first run's backward for the segments whose recovered values equal its, one state.
+The start state, each op run and each segment's backward come from the run's
+``runner`` (``engines.runner.OpRunner``): by default ``PlainRunner`` (``initial_state``,
+``execute_op``, ``runner.back_segment``). Nothing is kept between runs here; the
+verifier's check-scoped memo (``verifier.memo``) is a runner that reuses, across the
+engine runs of one check, what is the same for them byte for byte.
 
 The adjoint lives in storage, not in a version graph: one float64 slot per byte of
 each buffer, the adjoint of the float element that starts at that byte. Going back
@@ -40,31 +42,29 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from replayverify.engines.shared import Swept, ops_done, run_op, set_aside, start_state, swept
-from replayverify.programs.arrays import scatter_add, to_host
+from replayverify.engines.plan import OpPlan, RunPlan, run_plan  # noqa: F401  (re-exported)
+from replayverify.engines.runner import PLAIN, OpRunner
+from replayverify.programs.arrays import to_host
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import (
     FORWARD,
-    REVERSE,
     Admission,
     ForwardRule,
     OpValues,
     execute,
     execute_op,
-    op_steps,
     op_values,
     written_positions,
 )
-from replayverify.programs.model import Op, OpKind, Program
+from replayverify.programs.model import OpKind, Program
 from replayverify.programs.state import (
     Snapshot,
     State,
     ViewLayout,
-    derive_byte_indices,
     layouts,
 )
 
@@ -112,80 +112,12 @@ class Engine(Protocol):
         ``admission`` is the program's derivative admission (computed when None); ``xp``
         the array module to run on (None: NumPy, the specification; CuPy with the GPU
         backend). The verifier passes ``xp`` only when asked to check on another module,
-        so an engine that runs on NumPy alone may leave it out of its signature.
+        so an engine that runs on NumPy alone may leave it out of its signature. It
+        passes ``runner`` (an :class:`~replayverify.engines.runner.OpRunner`: the check's
+        memo) only to engines whose ``run`` names that parameter, as the built-in ones
+        do (``run_strategies``).
         """
         ...
-
-
-# ---------------------------------------------------------------- per-program plan
-
-
-class OpPlan(NamedTuple):
-    """What the run loop and the strategies' hooks need of one op, looked up once per
-    program (:func:`run_plan`) instead of on every call: an engine run otherwise spends
-    most of its time re-deriving these from the op, its spec and the layouts. Only what
-    several engines read is here: in a check every engine runs a new program once, so a
-    field one strategy alone reads costs the same derived here or in its hook. (A
-    ``NamedTuple``: one is made per op of every program checked.)"""
-
-    op: Op
-    dst: ViewLayout
-    reads: tuple[tuple[str, ViewLayout], ...]  # (field, layout) of every view it reads
-    sources: dict[str, ViewLayout]  # the same, by field (where adjoints flow back to)
-    partial: bool  # it writes only the dst positions its index hits (scatter)
-    float_write: bool  # it writes a float view: only such ops carry derivatives
-    draws: bool  # it consumes random values
-
-
-@dataclass(frozen=True, slots=True)
-class RunPlan:
-    """A program's static facts for the engines: segment bounds, total bytes, per-op plans,
-    and where backward starts and ends (every engine that runs the program uses them)."""
-
-    bounds: tuple[tuple[int, int], ...]
-    nbytes: int
-    ops: tuple[OpPlan, ...]
-    loss_weights: np.ndarray  # float64, read-only
-    # NumPy: per buffer, the adjoint slots as backward starts them (the loss weights at the
-    # loss view's element starts, zeros elsewhere); read-only, each run takes copies
-    adjoint: dict[str, np.ndarray]
-    # the gradient's slots, in input order: per run of consecutive inputs in one buffer,
-    # (buffer, their element starts concatenated), so each run is one gather
-    gradient_at: tuple[tuple[str, np.ndarray], ...]
-
-
-def run_plan(program: Program) -> RunPlan:
-    """The engines' plan of ``program``: derived once and carried by the program (in
-    ``Program.derived``, like its layouts), shared by every engine that runs it."""
-    return program.carried("engine_plan", _make_plan)
-
-
-def _make_plan(program: Program) -> RunPlan:
-    # from the interpreter's per-op layouts, derived once too
-    ops = tuple([OpPlan(step.op, step.dst, step.reads, dict(step.reads), step.op.spec.partial,
-                        step.dst.view.is_float, step.draws) for step in op_steps(program)])
-    # every engine run asks for the byte indices of every destination (backward clears the
-    # slots an op wrote, journals save its bytes): derived together, once
-    derive_byte_indices({op.dst.view.name: op.dst for op in ops}.values())
-    weights = np.asarray(program.loss.weights, dtype=np.float64)
-    weights.setflags(write=False)
-    lay = layouts(program)
-    adjoint = {b.name: np.zeros(b.nbytes, dtype=np.float64) for b in program.buffers}
-    loss = lay[program.loss.view]
-    if loss.view.is_float:  # the loss view's elements are distinct slots
-        adjoint[loss.view.buffer][loss.starts] += weights
-    for a in adjoint.values():
-        a.setflags(write=False)
-    runs: list[tuple[str, list[np.ndarray]]] = []
-    for name in program.inputs:
-        at = lay[name]
-        if runs and runs[-1][0] == at.view.buffer:
-            runs[-1][1].append(at.starts)
-        else:
-            runs.append((at.view.buffer, [at.starts]))
-    gradient_at = tuple((b, starts[0] if len(starts) == 1 else np.concatenate(starts))
-                        for b, starts in runs)
-    return RunPlan(program.segment_bounds(), program.nbytes, ops, weights, adjoint, gradient_at)
 
 
 # ---------------------------------------------------------------- recovery records
@@ -223,6 +155,7 @@ class Tape:
     replayed_ops: int = 0
 
     xp: ModuleType = np  # the array module of everything retained
+    runner: OpRunner = PLAIN  # how the run's ops run (``Strategy.replay``)
 
     # from the program's run plan
     lay: dict[str, ViewLayout] = field(init=False, repr=False)
@@ -360,24 +293,30 @@ class Strategy:
     # shared pieces of replay-based recovery
     def execute(self, program: Program, k: int, state: State,
                 draws: np.ndarray | None) -> OpValues:
-        """Re-execute op ``k`` during replay."""
+        """Re-execute op ``k`` during replay: ``execute_op`` with :attr:`forward`'s rules.
+
+        :meth:`replay` runs each op through the run's runner (``tape.runner.run_op``, with
+        :attr:`forward`) as long as this method is :class:`Strategy`'s; a strategy that
+        overrides it (a mutant's own copy loop) has its replayed ops run by its override
+        instead, never by the runner, so a runner that reuses earlier op runs (the
+        verifier's memo) never stands in for it. (Called directly, as some mutants' own
+        replays do, it runs the op plainly.)"""
         return execute_op(program, k, state, draws=draws, forward=self.forward)
 
     def replay(self, tape: Tape, s: int, state: State,
                draws: Mapping[int, np.ndarray] | None = None) -> list[OpValues]:
-        """Re-execute segment ``s`` from the current state, capturing each op's operands.
-        (With the interpreter's ops, ``shared.run_op``: an op from bytes and R another run of
-        the program ran it from is that run's.)"""
+        """Re-execute segment ``s`` from the current state, capturing each op's operands
+        (each op run by ``tape.runner``, or by an overriding :meth:`execute`)."""
         a, b = tape.bounds[s]
         program, forward, plans = tape.program, self.forward, tape.plans
-        execute = _hook(self, "execute")  # None: :meth:`execute` itself, called inline
-        done = ops_done(tape, state)
+        execute = _hook(self, "execute")  # None: :meth:`execute` itself, by the runner
+        run_op = tape.runner.run_op
         out = []
         held = 0  # bytes of the operands and draws captured: all held until differentiated
         for k in range(a, b):
             d = None if draws is None else draws.get(k)
             if execute is None:
-                rec = run_op(program, k, plans[k], state, d, forward, done)
+                rec = run_op(program, k, plans[k], state, d, forward)
             else:
                 rec = execute(program, k, state, d)
             held += operand_bytes(rec)
@@ -429,7 +368,7 @@ class Transaction:
 def _hook(strategy: Strategy, name: str) -> Any:
     """``strategy``'s bound method ``name``, or None where it keeps :class:`Strategy`'s
     (a hook that does nothing: the run loop then skips the call; ``execute``: the
-    replay runs the op itself, ``shared.run_op``)."""
+    replay has the run's runner run the op)."""
     if getattr(type(strategy), name) is getattr(Strategy, name):
         return None
     return getattr(strategy, name)
@@ -437,7 +376,7 @@ def _hook(strategy: Strategy, name: str) -> Any:
 
 def _forward(tape: Tape, state: State) -> None:
     program, plans = tape.program, tape.plans
-    done = ops_done(tape, state)
+    run_op = tape.runner.run_op
     # the hooks of the segment's strategy and of its journal's owner, looked up when they
     # change (an engine preserves every segment with one strategy: once a run)
     st = owner = None
@@ -456,7 +395,7 @@ def _forward(tape: Tape, state: State) -> None:
             for k in range(a, b):
                 if before is not None:
                     before(tape, s, k, state)
-                ev = run_op(program, k, plans[k], state, None, FORWARD, done)
+                ev = run_op(program, k, plans[k], state, None, FORWARD)
                 if after is not None:
                     after(tape, s, k, state, ev)
         else:
@@ -464,7 +403,7 @@ def _forward(tape: Tape, state: State) -> None:
                 if before is not None:
                     before(tape, s, k, state)
                 pending = journal_open(tape, k, state)
-                ev = run_op(program, k, plans[k], state, None, FORWARD, done)
+                ev = run_op(program, k, plans[k], state, None, FORWARD)
                 journal_close(tape, s, k, state, ev, pending)
                 if after is not None:
                     after(tape, s, k, state, ev)
@@ -472,71 +411,26 @@ def _forward(tape: Tape, state: State) -> None:
             end(tape, s, state)
 
 
-def _back_segment(tape: Tape, adj: dict[str, Any], first: int, ops: Sequence[OpValues]
-                  ) -> None:
-    """vbar_p(k) += vbar_k * f_k'(v_p(k)) on storage slots, for ops ``first + j`` in
-    reverse order, ``ops[j]`` being the recovered record of op ``first + j``.
-
-    What op ``k`` wrote follows from the *recovered* operands (a wrong recovered index
-    misplaces the adjoints, as it would in a real engine)."""
-    xp = tape.xp
-    on_numpy = xp is np  # the layouts' own index arrays, read directly
-    plans = tape.plans
-    for j in reversed(range(len(ops))):
-        k, rec = first + j, ops[j]
-        plan = plans[k]
-        op, dst = plan.op, plan.dst
-        a = adj[dst.view.buffer]
-        where = written_positions(op, rec.operands, dst.size) if plan.partial else None
-        # only float writes carry derivatives: an integer op's written slots are just cleared
-        rule = REVERSE[op.kind] if plan.float_write else None
-        if rule is not None:
-            starts = dst.starts if on_numpy else dst.starts_in(xp)
-            g = a[starts if where is None else starts[where]]
-        a[dst.byte_index if on_numpy and where is None else dst.bytes_of(where, xp)] = 0.0
-        if rule is None or g.size == 0:
-            continue
-        if rec.where is not where or rec.op is not op:  # the rule sees op k of this
-            # program and what it wrote as derived here
-            rec = OpValues(k, op, dst.dtype, dst.size, rec.operands, rec.draws, where)
-        sources = plan.sources
-        for f, c in rule(rec, g).items():
-            src = sources[f]
-            if on_numpy:  # a view's elements never overlap: its starts are distinct slots
-                adj[src.view.buffer][src.starts] += c
-            else:
-                scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
-
-
-def _adjoints(program: Program, plan: RunPlan, xp: ModuleType) -> dict[str, Any]:
-    """Backward's starting adjoints, one float64 slot per byte of each buffer."""
-    if xp is np:
-        return {name: a.copy() for name, a in plan.adjoint.items()}
-    adj = {b.name: xp.zeros(b.nbytes, dtype=xp.float64) for b in program.buffers}
-    loss = layouts(program)[program.loss.view]
-    if loss.view.is_float:
-        scatter_add(xp, adj[loss.view.buffer], loss.starts_in(xp), xp.asarray(plan.loss_weights))
-    return adj
-
-
 @quiet
 def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
-                   admission: Admission | None = None, xp: ModuleType | None = None
-                   ) -> EngineResult:
+                   admission: Admission | None = None, xp: ModuleType | None = None,
+                   runner: OpRunner | None = None) -> EngineResult:
     """Run ``program`` preserving segment s with ``strategies[s]``; see the module doc.
 
     ``xp``: the array module to run on (None: NumPy). Admission, when not given, comes
-    from the NumPy interpreter.
+    from the NumPy interpreter. ``runner``: where the start state, the op runs and the
+    backward come from (None: ``runner.PLAIN``); the result is the same whichever.
     """
     xp = np if xp is None else xp
+    runner = PLAIN if runner is None else runner
     strategies = tuple(strategies)
     if len(strategies) != len(program.segments):
         raise ValueError(f"{len(strategies)} strategies for a program with "
                          f"{len(program.segments)} segments")
     if admission is None:
         admission = execute(program, record_boundaries=False).admission
-    tape = Tape(program, strategies, xp=xp)
-    state = start_state(program, xp)
+    tape = Tape(program, strategies, xp=xp, runner=runner)
+    state = runner.start(program, xp)
     _forward(tape, state)
     forward = state.snapshot()
     retained = sum(tape.retained)
@@ -545,34 +439,17 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     plan = run_plan(program)
     n_seg = len(tape.bounds)
     replays: list[Snapshot | None] = [None] * n_seg
-    # On NumPy, backward follows the program's first swept backward (``shared.Swept``) for as
-    # long as this run recovers the same values: the adjoints are then that sweep's,
-    # read-only, copied only where this run parts from it and sweeps its own. The first
-    # run (none to follow) keeps its sweep for the runs after it.
-    follow = swept(program, plan, xp) if admission.supported else None
-    if follow is not None:
-        adj = follow.start
-    else:
-        adj = _adjoints(program, plan, xp) if admission.supported else None
-    keep = Swept.first(program, plan, xp) if adj is not None and follow is None else None
+    sweep = runner.sweep(program, plan, xp) if admission.supported else None
     for s in reversed(range(n_seg)):
         rec = strategies[s].recover(tape, s, state)
         replays[s] = rec.replay
-        if adj is not None:
-            if follow is not None and follow.same(s, rec.ops):
-                adj = follow.after[s]
-            else:
-                if follow is not None:  # parts here: from now on its own adjoints
-                    adj, follow = {b: a.copy() for b, a in adj.items()}, None
-                _back_segment(tape, adj, tape.bounds[s][0], rec.ops)
-                if keep is not None:
-                    keep.keep(s, rec.ops, adj)
+        if sweep is not None:
+            sweep.segment(s, rec.ops)
         tape.temp_now = 0  # the segment's workspace is released once it is differentiated
-    if keep is not None:
-        keep.kept_by(program)
 
     gradient = None
-    if adj is not None:
+    if sweep is not None:
+        adj = sweep.adj
         if xp is np:
             parts = [adj[b][starts] for b, starts in plan.gradient_at]
             if len(parts) == 1:  # (a gather: already a fresh array)
@@ -590,5 +467,5 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
         replayed_ops=tape.replayed_ops, segment_retained_bytes=seg_retained,
         strategies=tuple(tape.chosen),
     )
-    set_aside(program, state)
+    runner.finish(program, state)
     return result

@@ -18,6 +18,7 @@ later writes they cover; ``check --policy`` verifies any plan built from the car
 
 from __future__ import annotations
 
+from replayverify.engines.runner import OpRunner
 from replayverify.engines.strategies import run_policy
 from replayverify.programs.interpreter import execute
 from replayverify.programs.model import Program
@@ -25,17 +26,21 @@ from replayverify.programs.model import Program
 OPTIONS = ("eager", "whole", "region")
 
 
-def profile_card(program: Program) -> dict:
-    """The ``replayverify.profile`` card of ``program`` (one segment entry per segment)."""
+def profile_card(program: Program, runner: OpRunner | None = None) -> dict:
+    """The ``replayverify.profile`` card of ``program`` (one segment entry per segment).
+
+    ``runner``: what the policy runs use (None: the plain one); the CLI passes the
+    verifier's memo, since the card runs 1 + 2 x segments policies on one program."""
     admission = execute(program, record_boundaries=False).admission
     n = len(program.segments)
-    base = run_policy(program, ("eager",) * n, admission)
+    base = run_policy(program, ("eager",) * n, admission, runner=runner)
     segments = []
     for s in range(n):
         options = {}
         for option in OPTIONS:
             policy = tuple(option if t == s else "eager" for t in range(n))
-            res = base if option == "eager" else run_policy(program, policy, admission)
+            res = base if option == "eager" else run_policy(program, policy, admission,
+                                                                    runner=runner)
             others = base.retained_bytes - base.segment_retained_bytes[s]
             cost = {"retained": res.retained_bytes - others,
                     "temporary": res.peak_temporary_bytes,

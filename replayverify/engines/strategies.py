@@ -1,7 +1,9 @@
 """The five preservation strategies of SPEC §4 and the engines built from them.
 
 Each strategy differs from the others in what it retains (its forward hooks) and in
-one recovery method. Replay-based recoveries run inside ``Strategy.transaction``.
+one recovery method. Replay-based recoveries run inside ``Strategy.transaction``. The
+run loop, and how ops run (``engines.runner``), are ``engines.base``'s: nothing here
+knows of reuse between runs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from replayverify.engines.base import (
     load_buffers,
     run_strategies,
 )
+from replayverify.engines.plan import PER_PROGRAM
+from replayverify.engines.runner import OpRunner
 from replayverify.programs.arrays import ranks, unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
 from replayverify.programs.model import Op, Program
@@ -126,8 +130,9 @@ class ReadSetPlan(NamedTuple):
 
 
 def readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
-    """The :class:`ReadSetPlan` of op ``k`` retaining ``fields``, carried by the program."""
-    plans = tape.program.carried("readset_plans", _no_plans)
+    """The :class:`ReadSetPlan` of op ``k`` retaining ``fields``, derived once per program
+    (held by the engines layer, ``plan.PER_PROGRAM``)."""
+    plans = PER_PROGRAM.carried(tape.program, "readset_plans", _no_plans)
     plan = plans.get((k, fields))
     if plan is None:
         plan = plans[(k, fields)] = _readset_plan(tape, k, fields)
@@ -357,9 +362,9 @@ class Region(Strategy):
         tape.keep(s, ("rng", s), state.rng, RNG_BYTES)
 
     def journal_plan(self, tape: Tape) -> tuple[JournalOp, ...]:
-        """Per op, its :class:`JournalOp`: carried by the program, like its run plan."""
+        """Per op, its :class:`JournalOp`: derived once per program, like its run plan."""
         key = ("journal_plan", self.granularity, tape.xp.__name__)
-        return tape.program.carried(key, self._journal_plan, tape)
+        return PER_PROGRAM.carried(tape.program, key, self._journal_plan, tape)
 
     def _journal_plan(self, program: Program, tape: Tape) -> tuple[JournalOp, ...]:
         sizes = {b.name: b.nbytes for b in program.buffers}
@@ -528,10 +533,11 @@ class StrategyEngine:
     strategy: Strategy
 
     def run(self, program: Program, *, admission: Admission | None = None,
-            xp: ModuleType | None = None) -> EngineResult:
-        """Run on ``xp`` arrays (None: NumPy); see :func:`run_strategies`."""
+            xp: ModuleType | None = None, runner: OpRunner | None = None) -> EngineResult:
+        """Run on ``xp`` arrays (None: NumPy) with ``runner`` (None: the plain one); see
+        :func:`run_strategies`."""
         strategies = (self.strategy,) * len(program.segments)
-        return run_strategies(self.name, program, strategies, admission, xp)
+        return run_strategies(self.name, program, strategies, admission, xp, runner)
 
 
 def parse_policy(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -565,15 +571,17 @@ class PolicyEngine:
                              f"has {len(program.segments)} segments (one entry per segment)")
 
     def run(self, program: Program, *, admission: Admission | None = None,
-            xp: ModuleType | None = None) -> EngineResult:
-        """Run on ``xp`` arrays (None: NumPy); see :func:`run_strategies`."""
+            xp: ModuleType | None = None, runner: OpRunner | None = None) -> EngineResult:
+        """Run on ``xp`` arrays (None: NumPy) with ``runner`` (None: the plain one); see
+        :func:`run_strategies`."""
         self.check_segments(program)
         strategies = tuple(POLICY_STRATEGIES[p] for p in self.policy)
-        return run_strategies(self.name, program, strategies, admission, xp)
+        return run_strategies(self.name, program, strategies, admission, xp, runner)
 
 
 def run_policy(program: Program, policy: str | Sequence[str],
                admission: Admission | None = None,
-               xp: ModuleType | None = None) -> EngineResult:
+               xp: ModuleType | None = None, runner: OpRunner | None = None) -> EngineResult:
     """Run ``program`` under a per-segment policy such as "eager,region,whole"."""
-    return PolicyEngine(tuple(parse_policy(policy))).run(program, admission=admission, xp=xp)
+    return PolicyEngine(tuple(parse_policy(policy))).run(program, admission=admission, xp=xp,
+                                                         runner=runner)

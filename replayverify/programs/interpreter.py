@@ -46,6 +46,13 @@ from replayverify.programs.state import Snapshot, State, ViewLayout, initial_sta
 # the same rules on complex128 operands batched over input coordinates. Rules take the
 # ufuncs from the operands' array module (``array_namespace``), so they run unchanged on
 # CuPy arrays; on NumPy they are NumPy's.
+#
+# The contract of a forward rule (what the engines' runners rely on, ``engines.runner``):
+# it is a pure function of its arguments (op, operands, draws, dtype, n). It reads no
+# global or mutable state, keeps nothing, and never writes its operands: the same
+# arguments give the same values, byte for byte. (The check's memo, ``verifier.memo``,
+# gives an engine run the record an earlier run of the same op made from the same bytes,
+# R, draws and rule, instead of running the rule again.)
 
 Operands = dict[str, Any]
 ForwardRule = Callable[[Op, Operands, Any, np.dtype, int], tuple]
@@ -341,6 +348,15 @@ def _loss(program: Program, state: State) -> float:
 # ``gbar`` the adjoints of the written elements (at ``values.where``). Derivatives are
 # evaluated in float64 from the recorded operand values, with the ufuncs of their array
 # module (the engines run these rules on CuPy arrays too).
+#
+# The contract of a reverse rule: a pure function of ``gbar`` and what
+# ``verifier.memo.values_key`` covers of the record: the op index, the op (and so its
+# coefficients), the destination dtype and size, the operands and the draws (and
+# ``where``, which follows from the operands). It never reads ``values.values`` (what the
+# op wrote): the engines' backward (``engines.runner.back_segment``) hands every rule a
+# record whose ``values`` is None, so a rule that reads them fails at once instead of
+# giving a check's memo a key that misses what the derivative depends on. (A derivative
+# that the written values would give, like tanh's, is recomputed from the operands.)
 
 ReverseRule = Callable[[OpValues, Any], dict]
 

@@ -17,7 +17,9 @@ values its derivative depends on. Where each op kind is defined:
 from __future__ import annotations
 
 import enum
+import functools
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -269,7 +271,7 @@ class Loss:
     weights: tuple[float, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Program:
     buffers: tuple[Buffer, ...]
     views: tuple[View, ...]
@@ -280,15 +282,17 @@ class Program:
     rng: Rng = Rng()
     segments: tuple[int, ...] = ()
     inputs: tuple[str, ...] = ()
-    # Data derived from the fields above, computed once on first use and carried with the
-    # program (its hash, its view layouts): never compared, hashed or copied by replace().
+    # The programs layer's data derived from the fields above, computed once on first use
+    # and carried with the program (its hash, layouts, op steps, Philox blocks, B_0): never
+    # compared, hashed or copied by replace(). Other layers keep theirs in a
+    # :class:`PerProgram` of their own.
     derived: dict[str, Any] = field(init=False, default_factory=dict, compare=False,
                                     repr=False)
 
     def carried(self, key: Any, make: Callable[..., T], *args: Any) -> T:
         """``make(self, *args)``, computed on first use and carried in ``derived`` under
-        ``key`` (which must tell ``args`` apart): the one way every layer derives
-        per-program data once (layouts, op steps, plans)."""
+        ``key`` (which must tell ``args`` apart): how the programs layer derives
+        per-program data once (layouts, op steps, blocks)."""
         value = self.derived.get(key)
         if value is None:
             value = self.derived[key] = make(self, *args)
@@ -334,3 +338,50 @@ class Program:
         from replayverify.programs.format import program_sha256
 
         return self.carried("sha256", program_sha256)
+
+
+class PerProgram:
+    """A layer's own per-program data: ``carried(program, key, make, *args)`` is
+    ``make(program, *args)``, computed once per program *object* and held here, not on the
+    program, for as long as the program lives (keyed by identity, dropped by a weak
+    reference's callback: equal programs made by ``replace`` are other objects and derive
+    their own). Each layer above the programs layer makes one (the engines' plans, the
+    verifier's reference plans), so ``Program.derived`` holds the programs layer's alone.
+    (Not a cache keyed by ``id()`` alone: each entry holds a weak reference to its program,
+    checked on every lookup, and goes when the program goes; ``WeakKeyDictionary`` would
+    hash programs by value.) A value must not refer back to its program (it would keep
+    it alive)."""
+
+    __slots__ = ("_by",)
+
+    def __init__(self) -> None:
+        # id(program) -> (a weak reference to it, its data by key)
+        self._by: dict[int, tuple[weakref.ref, dict[Any, Any]]] = {}
+
+    def of(self, program: Program) -> dict[Any, Any]:
+        """This layer's data of ``program``, by key (filled by :meth:`carried`)."""
+        hit = self._by.get(id(program))
+        if hit is not None and hit[0]() is program:
+            return hit[1]
+        data: dict[Any, Any] = {}
+        key = id(program)
+        self._by[key] = (weakref.ref(program, functools.partial(self._forget, key)), data)
+        return data
+
+    def carried(self, program: Program, key: Any, make: Callable[..., T], *args: Any) -> T:
+        """``make(program, *args)``, computed on first use and held under ``key`` (which
+        must tell ``args`` apart), like :meth:`Program.carried`."""
+        data = self.of(program)
+        value = data.get(key)
+        if value is None:
+            value = data[key] = make(program, *args)
+        return value
+
+    def __len__(self) -> int:
+        """The programs alive that this cache holds data of."""
+        return len(self._by)
+
+    def _forget(self, key: int, ref: weakref.ref) -> None:
+        hit = self._by.get(key)
+        if hit is not None and hit[0] is ref:  # (not a later program's, given its id)
+            del self._by[key]

@@ -19,7 +19,7 @@ import numpy as np
 from replayverify.engines.base import Engine
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import Execution, execute, op_steps
-from replayverify.programs.model import OP_SPECS, Program
+from replayverify.programs.model import OP_SPECS, PerProgram, Program
 from replayverify.programs.state import layouts
 from replayverify.verifier.bytes_check import check_bytes
 from replayverify.verifier.compare import Verdict, compare_gradients, error_verdict
@@ -44,6 +44,7 @@ ENGINE_CHECKS = (Check.GRADIENT, Check.BYTES)  # the checks engine_records repor
 SECOND_H = 1e-20  # the complex step's second step size, to test a diverge for stability
 MAX_SHADOW_BYTES = 2 * 2**30  # the most a derivative reference may allocate, all arrays
 PRECISION_BYTES = np.dtype(PRECISION).itemsize  # the forward Jacobian's tangent entries
+PER_PROGRAM = PerProgram()  # the references' size estimates, derived once per program
 
 
 class TooLarge(Exception):
@@ -61,12 +62,12 @@ def reference_bytes(program: Program, check: str) -> tuple[int, int]:
     destination), the inputs' seeds or the loss's tangents and weighted product. Each of
     those is (elements x coordinates) in the reference's precision.
     """
-    return program.carried(("reference_bytes", str(check)), _reference_bytes, check)
+    return PER_PROGRAM.carried(program, ("reference_bytes", str(check)), _reference_bytes, check)
 
 
 def _reference_bytes(program: Program, check: str) -> tuple[int, int]:
     # the same for both references: derived once
-    sizes = program.carried("reference_sizes", _reference_sizes)
+    sizes = PER_PROGRAM.carried(program, "reference_sizes", _reference_sizes)
     if check == Check.FORWARD_JACOBIAN:
         item = PRECISION_BYTES
         shadow = addresses(program).count * sizes.coords * item
@@ -140,7 +141,7 @@ def _reference_bound(program: Program) -> int:
 def _guard(what: str, program: Program, check: str) -> None:
     # (the exact estimate only when the bound does not already show it fits: for the
     # suite's programs, none; the bound costs a third of the estimate)
-    if program.carried("reference_bound", _reference_bound) <= MAX_SHADOW_BYTES:
+    if PER_PROGRAM.carried(program, "reference_bound", _reference_bound) <= MAX_SHADOW_BYTES:
         return
     peak, shadow = reference_bytes(program, check)
     if peak > MAX_SHADOW_BYTES:

@@ -32,13 +32,14 @@ import numpy as np
 from replayverify.programs.arrays import as_slices, diagonal_seeds
 from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues
-from replayverify.programs.model import Op, OpKind, Program
+from replayverify.programs.model import Op, OpKind, PerProgram, Program
 from replayverify.programs.state import layouts
 from replayverify.verifier.liveness import LIVE_MIN_COORDS, bit_mask, live_ops
 from replayverify.verifier.reference_run import evaluations
 
 H = 1e-200
 WORD = 8  # bytes per float64 word
+_PLANS = PerProgram()  # each program's :class:`_Plan`
 
 
 def float32_views(program: Program) -> list[str]:
@@ -99,9 +100,9 @@ class _Plan:
 
 
 def _plan(program: Program) -> _Plan:
-    """The complex step's word indices and op steps: derived once and carried by the
-    program, so that a check only propagates values."""
-    return program.carried("complex_plan", _derive_plan)
+    """The complex step's word indices and op steps: derived once per program (held
+    here, not on the program), so that a check only propagates values."""
+    return _PLANS.carried(program, "complex_plan", _derive_plan)
 
 
 def _derive_plan(program: Program) -> _Plan:

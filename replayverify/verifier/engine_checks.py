@@ -8,13 +8,20 @@ gradient when given, else the version graph's) within the SPEC tolerance, or
 exactly, and each segment it replayed reproduced (B_{s+1}, R_{s+1}); the measured error
 is the number of differing bytes. Every record carries the engine's accounting:
 retained bytes, peak temporary bytes and replayed ops.
+
+The engines and mutants of one check run with one :class:`~replayverify.verifier.memo.Memo`
+(opened by :func:`engine_records`), handed to each engine whose ``run`` takes a
+``runner``: what their runs share is computed once, and each result is the one the engine
+gets alone.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +33,7 @@ from replayverify.programs.model import Program
 from replayverify.programs.state import Snapshot
 from replayverify.verifier.bytes_check import diff_states
 from replayverify.verifier.compare import Verdict, compare_gradients, error_verdict
+from replayverify.verifier.memo import Memo
 from replayverify.verifier.records import Check, Outcome, Record, make_record, program_label
 
 GRADIENT, BYTES = Check.GRADIENT, Check.BYTES
@@ -187,11 +195,36 @@ def _engines(names: Sequence[str | Engine] | None) -> list[tuple[str, Engine]]:
     return out
 
 
+_TAKES_RUNNER: dict[Any, bool] = {}  # an engine class's ``run`` -> whether it takes one
+
+
+def takes_runner(engine: Engine) -> bool:
+    """Whether ``engine.run`` has a ``runner`` parameter (the built-in engines' ``run``
+    does; the :class:`Engine` protocol needs none)."""
+    fn = getattr(type(engine), "run", None)
+    hit = _TAKES_RUNNER.get(fn) if fn is not None else None
+    if hit is None:
+        try:
+            params = inspect.signature(engine.run).parameters
+        except (TypeError, ValueError):  # (a callable without a signature)
+            params = {}
+        runner = params.get("runner")
+        hit = runner is not None and runner.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                     inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        if fn is not None and "run" not in getattr(engine, "__dict__", {}):
+            _TAKES_RUNNER[fn] = hit
+    return hit
+
+
 def _run(engine: Engine, expected: ExpectedStates, reference: np.ndarray | None,
-         xp: ModuleType | None = None) -> tuple[EngineResult, Verdict, Verdict, float]:
+         xp: ModuleType | None = None, memo: Memo | None = None
+         ) -> tuple[EngineResult, Verdict, Verdict, float]:
     t0 = time.perf_counter()
     execution = expected.execution
-    extra = {} if xp is None else {"xp": xp}  # NumPy-only engines need not take ``xp``
+    extra: dict[str, Any] = {} if xp is None else {"xp": xp}  # NumPy-only engines need
+    # not take ``xp``, and the Engine protocol has no ``runner``
+    if memo is not None and takes_runner(engine):
+        extra["runner"] = memo
     # a plug-in's sys.exit, its own KeyboardInterrupt or a result of another kind: an error
     result = checked(call(engine.run, execution.program, admission=execution.admission,
                           **extra), EngineResult, "the engine's run")
@@ -214,16 +247,18 @@ def engine_records(program: Program, execution: Execution,
     raises), a mutant named here included. ``mutants`` (True: every registered mutant)
     adds the mutants as controls: one ``mutant:...`` record each, see
     :func:`mutant_records`. ``xp`` runs the engines on that array module (for example
-    CuPy); they are judged against the NumPy interpreter all the same.
+    CuPy); they are judged against the NumPy interpreter all the same. The engines and
+    mutants share one :class:`Memo`, opened here for this check.
     """
     label = program_label(program, program_id)
     sha = program.sha256
     records: list[Record] = []
     expected = ExpectedStates(execution)  # one snapshot of (B_T, R_T) for every engine
+    memo = Memo()
     for name, engine in _engines(engines):
         t0 = time.perf_counter()
         try:
-            result, grad, byt, seconds = _run(engine, expected, reference_gradient, xp)
+            result, grad, byt, seconds = _run(engine, expected, reference_gradient, xp, memo)
         except Exception as exc:  # one record per check, never dropped
             err = error_verdict(exc)
             records += [make_record(label, sha, c, err, time.perf_counter() - t0, name)
@@ -234,26 +269,29 @@ def engine_records(program: Program, execution: Execution,
             records.append(make_record(label, sha, check, v, seconds, name, metrics))
     if mutants:
         names = None if mutants is True else mutants
-        records += mutant_records(program, execution, reference_gradient, names, label)
+        records += mutant_records(program, execution, reference_gradient, names, label,
+                                  memo=memo)
     return records
 
 
 def mutant_records(program: Program, execution: Execution,
                    reference_gradient: np.ndarray | None,
                    mutants: Sequence[str] | None = None,
-                   program_id: str | None = None) -> list[Record]:
+                   program_id: str | None = None, *, memo: Memo | None = None) -> list[Record]:
     """One control record per mutant (default: every registered one): ``check`` and
     ``engine`` are its name; ``detected`` when its gradient or bytes check diverges (or
-    it raises), ``missed`` when both match."""
+    it raises), ``missed`` when both match. ``memo``: the check's (one is opened when
+    None)."""
     label = program_label(program, program_id)
     sha = program.sha256
     records = []
     expected = ExpectedStates(execution)
+    memo = Memo() if memo is None else memo
     for name in registry.mutant_names() if mutants is None else mutants:
         t0 = time.perf_counter()
         try:
             result, grad, byt, seconds = _run(registry.get(name), expected,
-                                              reference_gradient)
+                                              reference_gradient, memo=memo)
         except Exception as exc:
             raised = Verdict(Outcome.DETECTED, None, f"raised {type(exc).__name__}: {exc}")
             records.append(make_record(label, sha, name, raised, time.perf_counter() - t0,

@@ -39,7 +39,7 @@ from replayverify.programs.interpreter import (
     op_steps,
     scatter_winners,
 )
-from replayverify.programs.model import Op, OpKind, Program
+from replayverify.programs.model import Op, OpKind, PerProgram, Program
 from replayverify.programs.state import layouts
 from replayverify.verifier.liveness import LIVE_MIN_COORDS, bit_mask, live_ops
 from replayverify.verifier.reference_run import evaluations
@@ -51,6 +51,7 @@ PRECISION = np.longdouble
 
 CONST = -1  # tag of bytes never written by an op and not in an input: tangent 0
 INT_WRITTEN = -2  # tag of bytes last written by an integer op: tangent undefined
+_PLANS = PerProgram()  # each program's :class:`_Plan`
 
 Values = dict[str, np.ndarray]  # operand values, flat (float64 for float operands)
 Tangents = dict[str, np.ndarray]  # operand tangents, (elements, coordinates)
@@ -205,9 +206,9 @@ class _Plan:
 
 
 def _plan(program: Program) -> _Plan:
-    """The forward Jacobian's addresses, view tags and op steps: derived once and carried
-    by the program, so that a check only propagates values and tangents."""
-    return program.carried("tangent_plan", _derive_plan)
+    """The forward Jacobian's addresses, view tags and op steps: derived once per program
+    (held here, not on the program), so that a check only propagates values and tangents."""
+    return _PLANS.carried(program, "tangent_plan", _derive_plan)
 
 
 @quiet  # (coefficients converted to float32 may overflow to inf: a legal value)

@@ -23,6 +23,7 @@ from replayverify.engines import (
 from replayverify.programs import execute, generate
 from replayverify.verifier.compare import compare_gradients
 from replayverify.verifier.engine_checks import engine_records
+from replayverify.verifier.memo import Memo
 from tests.unit.engine_programs import HAND
 
 
@@ -196,21 +197,22 @@ def _gradient_bytes(engine, p, ex):
     return None if g is None else g.tobytes()
 
 
-def _everything(engine, p, ex):
+def _everything(engine, p, ex, runner=None):
     """What an engine run reports: the gradient's bytes, the states and the accounting."""
-    r = engines.get(engine).run(p, admission=ex.admission)
+    r = engines.get(engine).run(p, admission=ex.admission, runner=runner)
     return (None if r.gradient is None else r.gradient.tobytes(), r.forward, r.final,
             r.replays, r.metrics, r.strategies)
 
 
 def test_a_run_after_others_reports_what_it_reports_alone():
-    """An engine run may take an op run from an earlier run of the program that started
-    from the same bytes, R and draws, and follow the backward the first run swept (for
-    the segments whose recovered values it matches byte for byte): every engine's and
-    every mutant's result, run after an engine or a mutant on the program, is the one it
-    gets run alone (gradient bytes, states after forward, backward and every replay, and
-    the accounting). Mutants that recover other values (and get another gradient) part
-    from the first run's sweep and sweep their own."""
+    """Under one check's memo, an engine run may take an op run from an earlier run of the
+    program that started from the same bytes, R and draws, and follow the backward the
+    first run swept (for the segments whose recovered values it matches byte for byte):
+    every engine's and every mutant's result, run after an engine or a mutant under the
+    same memo, is the one it gets run alone with the plain runner (gradient bytes, states
+    after forward, backward and every replay, and the accounting). Mutants that recover
+    other values (and get another gradient) part from the first run's sweep and sweep
+    their own."""
     names = (*engines.ENGINES, *engines.mutant_names())
     parted = 0
     for family, i in itertools.product(("derivative", "hazard", "default"), range(2)):
@@ -218,11 +220,38 @@ def test_a_run_after_others_reports_what_it_reports_alone():
         ex = execute(p)
         alone = {name: _everything(name, replace(p), ex) for name in names}
         for first, second in itertools.product(names, repeat=2):
-            q = replace(p)
-            engines.get(first).run(q, admission=ex.admission)
-            assert _everything(second, q, ex) == alone[second], (family, i, first, second)
+            memo = Memo()
+            _everything(first, p, ex, memo)
+            kept = len(memo._done)
+            assert _everything(second, p, ex, memo) == alone[second], (family, i, first, second)
+            if first == second:  # the same run again: every op run it asks for is kept
+                assert len(memo._done) == kept, (family, i, first)
             parted += alone[first][0] != alone[second][0]
     assert parted  # (some second runs recovered other values than the first)
+
+
+def test_a_check_leaves_only_the_programs_layers_data_on_the_program():
+    """The engines' plans, the memo's op runs, sweep and state, and the verifier's plans
+    are held by their layers: after a full check (engines, mutants, every reference), the
+    program carries the programs layer's data alone, and the layers' caches let the
+    program go."""
+    import gc
+    import weakref
+
+    from replayverify.engines.plan import PER_PROGRAM
+    from replayverify.verifier.check import check_program
+
+    programs_layer = {"blocks", "steps", "layouts", "initial", "sha256", "float_dtype"}
+    for family in ("derivative", "hazard", "default"):
+        p = generate(4, 0, family=family)
+        check_program(p, mutants=True)
+        assert set(p.derived) <= programs_layer, set(p.derived) - programs_layer
+        assert PER_PROGRAM.of(p)  # (the engines' plans are held, by the engines layer)
+        alive = weakref.ref(p)
+        del p
+        gc.collect()
+        assert alive() is None  # (no cache keeps it)
+        assert all(ref() is not None for ref, _ in PER_PROGRAM._by.values())
 
 
 def test_a_run_under_other_rules_takes_no_replay_or_backward_of_an_earlier_run(monkeypatch):
@@ -231,18 +260,44 @@ def test_a_run_under_other_rules_takes_no_replay_or_backward_of_an_earlier_run(m
 
     p = HAND["shift_up"]()
     ex = execute(p)
-    engines.get("whole").run(p, admission=ex.admission)  # (keeps its replays and backward)
+    memo = Memo()
+    engines.get("whole").run(p, admission=ex.admission, runner=memo)  # (keeps its replays
+    # and backward)
     tanh, axpby = REVERSE[OpKind.TANH], FORWARD[OpKind.AXPBY]
     with monkeypatch.context() as m:
         m.setitem(REVERSE, OpKind.TANH, lambda rec, g: {f: -c for f, c in tanh(rec, g).items()})
         other_reverse = _everything("whole", replace(p), ex)
-        assert _everything("whole", p, ex) == other_reverse
+        assert _everything("whole", p, ex, memo) == other_reverse
     with monkeypatch.context() as m:
         m.setitem(FORWARD, OpKind.AXPBY, lambda *a: ((lambda v, w: (v + 1.0, w))(*axpby(*a))))
         other_forward = _everything("whole", replace(p), ex)
-        assert _everything("whole", p, ex) == other_forward
+        assert _everything("whole", p, ex, memo) == other_forward
     plain = _everything("whole", replace(p), ex)
     assert other_reverse[0] != plain[0] and other_forward[3] != plain[3]
+
+
+def test_a_reverse_rule_never_sees_what_the_op_wrote(monkeypatch):
+    """The reverse rules' contract (``programs.interpreter``): a rule reads its record's
+    operands and draws, never ``values``, which the memo's backward key leaves out. The
+    run loop hands every rule a record without values (a replay's own record has them),
+    so a rule that reads them fails loudly, under the plain runner and the memo alike."""
+    from replayverify.programs.interpreter import REVERSE
+    from replayverify.programs.model import OpKind
+
+    p = HAND["shift_up"]()  # (its tanh is replayed by whole: the replay's record has values)
+    ex = execute(p)
+    tanh = REVERSE[OpKind.TANH]
+    seen = []
+
+    def reads_values(rec, g):
+        seen.append(rec.values)
+        return {f: c * (1.0 - rec.values ** 2) for f, c in tanh(rec, g).items()}
+
+    monkeypatch.setitem(REVERSE, OpKind.TANH, reads_values)
+    for runner in (None, Memo()):
+        with pytest.raises(TypeError):
+            engines.get("whole").run(replace(p), admission=ex.admission, runner=runner)
+    assert seen and all(v is None for v in seen)
 
 
 class _ShiftedDraws(Whole):
@@ -257,18 +312,18 @@ class _ShiftedDraws(Whole):
 def test_a_replay_given_other_draws_is_not_taken_from_an_earlier_run():
     shifted = StrategyEngine("whole-shifted-draws", _ShiftedDraws())
     p = HAND["draws"]()
+    memo = Memo()
     alone = shifted.run(replace(p))
-    whole = engines.get("whole").run(p)
-    after = shifted.run(p)
+    whole = engines.get("whole").run(p, runner=memo)
+    after = shifted.run(p, runner=memo)
     assert after.replays == alone.replays != whole.replays
     assert after.gradient.tobytes() == alone.gradient.tobytes()
 
 
 def test_an_op_run_is_taken_from_an_earlier_one_only_from_the_same_bytes_r_and_draws():
-    """``run_op`` gives what ``execute_op`` gives from the state (bytes and R) and draws
-    it is called with, whatever ran before it; op 0 of ``draws`` is a noise op."""
+    """``Memo.run_op`` gives what ``execute_op`` gives from the state (bytes and R) and
+    draws it is called with, whatever ran before it; op 0 of ``draws`` is a noise op."""
     from replayverify.engines.base import run_plan
-    from replayverify.engines.shared import run_op
     from replayverify.programs.interpreter import FORWARD, execute_op
     from replayverify.programs.state import initial_state
 
@@ -279,26 +334,56 @@ def test_an_op_run_is_taken_from_an_earlier_one_only_from_the_same_bytes_r_and_d
     other_r = b0.copy()
     other_r.rng = other_r.rng.advanced(1)
     drawn = execute_op(p, 0, b0.copy()).draws
-    done: dict = {}
+    memo = Memo()
     # given other draws first, then none (the op draws from R), then the recorded ones
     for start, draws in [(b0, drawn + 1.0), (b0, None), (b0, drawn), (other_bytes, None),
                          (other_r, None), (b0, drawn + 1.0)]:
         want, got = start.copy(), start.copy()
         rec = execute_op(p, 0, want, draws=draws)
-        taken = run_op(p, 0, run_plan(p).ops[0], got, draws, FORWARD, done)
+        taken = memo.run_op(p, 0, run_plan(p).ops[0], got, draws, FORWARD)
         assert got.snapshot() == want.snapshot()
         assert taken.draws.tobytes() == rec.draws.tobytes()
         assert taken.values.tobytes() == rec.values.tobytes()
-    assert len(done) == 3  # (one kept run for each start)
+    assert len(memo._done) == 3  # (one kept run for each start)
 
 
 def test_larger_programs_keep_no_replays_or_backward(monkeypatch):
-    from replayverify.engines import shared
+    from replayverify.verifier import memo as memo_module
 
     p = HAND["shift_up"]()
-    engines.get("whole").run(p)
-    assert shared.OPS_DONE in p.derived and shared.SWEPT in p.derived
-    monkeypatch.setattr(shared, "KEPT_RUN_BYTES", p.nbytes - 1)
-    q = replace(p)
-    engines.get("whole").run(q)
-    assert shared.OPS_DONE not in q.derived and shared.SWEPT not in q.derived
+    memo = Memo()
+    engines.get("whole").run(p, runner=memo)
+    assert memo._done and memo._swept is not None
+    monkeypatch.setattr(memo_module, "KEPT_RUN_BYTES", p.nbytes - 1)
+    memo = Memo()
+    engines.get("whole").run(p, runner=memo)
+    assert memo._done is None and memo._swept is None
+
+
+def test_the_engines_of_a_check_share_one_memo_and_user_engines_keep_their_protocol():
+    """``engine_records`` hands its memo to the engines whose ``run`` takes a ``runner``
+    (and to the mutants), never to an engine of the bare protocol."""
+    from replayverify.verifier import engine_checks
+
+    got = []
+
+    class Bare:
+        name = "bare"
+
+        def run(self, program, *, admission=None):
+            got.append(("bare", None))
+            return engines.get("whole").run(program, admission=admission)
+
+    class Taking:
+        name = "taking"
+
+        def run(self, program, *, admission=None, runner=None):
+            got.append(("taking", runner))
+            return engines.get("whole").run(program, admission=admission, runner=runner)
+
+    p = HAND["shift_up"]()
+    ex = execute(p)
+    recs = engine_checks.engine_records(p, ex, None, [Bare(), Taking(), Taking()])
+    assert [r.outcome for r in recs] == ["match"] * 6
+    assert got[0] == ("bare", None)
+    assert isinstance(got[1][1], Memo) and got[1][1] is got[2][1]

@@ -174,14 +174,14 @@ def _host_draw(op, rng, n, dtype, xp=np, blocks=None):
 @pytest.mark.parametrize("bug", ["np.add.at in backward", "np.mod in a rule", "host draws"])
 def test_a_numpy_only_call_in_the_engine_path_raises(bug, monkeypatch):
     """The stand-in is what makes the tests above meaningful: a NumPy-only call raises."""
-    import replayverify.engines.base as base
+    import replayverify.engines.runner as runner
     import replayverify.engines.strategies as strategies
     import replayverify.programs.interpreter as interpreter
     from replayverify.programs.model import OpKind
 
     program = HAND["gather_scatter"]()
     if bug == "np.add.at in backward":
-        monkeypatch.setattr(base, "scatter_add", lambda xp, a, i, v: np.add.at(a, i, v))
+        monkeypatch.setattr(runner, "scatter_add", lambda xp, a, i, v: np.add.at(a, i, v))
     elif bug == "np.mod in a rule":
         monkeypatch.setitem(interpreter.FORWARD, OpKind.GATHER, _np_gather)
     else:

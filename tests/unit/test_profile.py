@@ -13,6 +13,19 @@ from replayverify.planner import parse_card, plan, policy_cost
 from replayverify.programs import generate, save_program
 
 
+@pytest.mark.parametrize("index", range(3))
+def test_a_card_made_under_a_memo_is_the_plain_card(index):
+    """The ``profile`` command runs its policies under one memo: the card is the same."""
+    from dataclasses import replace
+
+    from replayverify.verifier.memo import Memo
+
+    p = generate(1, index, "derivative")
+    memo = Memo()
+    assert profile_card(p, runner=memo) == profile_card(replace(p))
+    assert memo._done  # (the memo was used)
+
+
 @pytest.mark.parametrize("index", range(6))
 def test_profile_cards_are_valid_and_exact_for_single_choices(index):
     p = generate(1, index, "derivative")

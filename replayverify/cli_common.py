@@ -182,6 +182,23 @@ def dask_option(command: F) -> F:
              "are as for a local run; --workers is then ignored.")(command)
 
 
+def deprecated_alias(old: str, new: str, type: click.ParamType) -> Callable[[F], F]:
+    """A hidden option ``old`` (value in ``old_<name>``) kept working for scripts written
+    before it became ``new``; the command passes it through :func:`take_alias`."""
+    dest = "old_" + old.lstrip("-").replace("-", "_")
+    return click.option(old, dest, type=type, default=None, hidden=True,
+                        help=f"Deprecated spelling of {new}.")
+
+
+def take_alias(value: Any, old_value: Any, old: str, new: str) -> Any:
+    """``old_value`` when the deprecated ``old`` was given (saying so on stderr), else
+    ``value``."""
+    if old_value is None:
+        return value
+    click.echo(f"{PREFIX}{old} is deprecated: use {new}", err=True)
+    return old_value
+
+
 # -- progress -----------------------------------------------------------------------------
 
 def progress(total: int, label: str = "programs"):

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from replayverify.cli_common import backend_option, fail, finish_clean_if, out_option
+from replayverify.cli_common import (
+    backend_option,
+    deprecated_alias,
+    fail,
+    finish_clean_if,
+    out_option,
+    take_alias,
+)
 from replayverify.evaluate.run import DEFAULT_SCALE, EvaluateError, evaluate
 from replayverify.evaluate.workloads import paper_cells
 
@@ -22,15 +29,17 @@ from replayverify.evaluate.workloads import paper_cells
     "(1: the paper's scale, for a GPU with enough memory).",
 )
 @click.option(
-    "--processes",
+    "--repeats",
     "-K",
+    "processes",
     default=10,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Fresh measuring processes, one after another (a sample size, not parallelism: "
-    "no --workers here, timings must not share the machine); every method runs in each, "
-    "paired.",
+    help="Fresh measuring processes, run one after another: a sample size, not "
+    "parallelism (timings must not share the machine, so evaluate takes no --workers); "
+    "every method runs in each, paired.",
 )
+@deprecated_alias("--processes", "--repeats", click.IntRange(min=1))
 @click.option(
     "--warmups",
     default=2,
@@ -68,13 +77,14 @@ def evaluate_command(
     calibration_steps: int,
     backend: str,
     cells: str | None,
+    old_processes: int | None,
 ) -> None:
     """Run the planner's policies on the paper's workloads and measure them.
 
     For each workload (four activation-pressure cells and the three calibration workloads):
     calibrate a profile card, plan the state-agnostic, state-aware eager/whole and joint
     policies from it, check every method computes exactly what eager does (float64 and
-    float32), then time all methods in K fresh processes and compare them pairwise
+    float32), then time all methods in K fresh processes (--repeats) and compare them pairwise
     (geometric mean of per-process ratios, bootstrap interval) and against the card's
     predictions. Writes OUT/evaluate.json, report.md, resource-map.png and cards/ (progress
     on stderr). Exit status 0 when every semantic check passed, 1 otherwise, 2 for bad
@@ -83,6 +93,7 @@ def evaluate_command(
     from replayverify.gpu.backend import GpuUnavailable
     from replayverify.verifier.journal import prepare_dir
 
+    processes = take_alias(processes, old_processes, "--processes", "--repeats")
     try:
         prepare_dir(Path(out_dir), EvaluateError)
         doc = evaluate(

@@ -105,6 +105,13 @@ def test_workers_means_parallel_worker_processes_everywhere():
     assert all(p.default == 0 for _, p in uses)
 
 
+def test_no_command_shows_processes_beside_workers():
+    """One name per concept: parallel workers are --workers; evaluate's sequential
+    measuring processes are --repeats (--processes only as a hidden old spelling)."""
+    assert "--processes" not in options()
+    assert [c for c, _ in options()["--repeats"]] == ["evaluate"]
+
+
 def test_backend_defaults_to_numpy_unless_the_command_measures_the_gpu():
     defaults = {c: p.default for c, p in options()["--backend"]}
     assert defaults == {"evaluate": "numpy", "gpu calibrate": "cupy"}

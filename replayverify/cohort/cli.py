@@ -8,7 +8,6 @@ from replayverify.cli_common import (
     command_line,
     dask_option,
     fail,
-    finish_clean_if,
     out_option,
     timeout_option,
     workers_option,
@@ -74,12 +73,10 @@ def cohort_command(frameworks: str, seeds: str, extra: bool, out_dir: str, worke
     except CohortError as exc:
         fail(str(exc))
     out_dir_or_exit(out_dir)
-    summary = run_streamed(
+    run_streamed(
         lambda executor, tick: run_cohort(cfg, on_task=tick, executor=executor),
         total=total, unit="tasks", label="cohort", dask=dask, dask_batch=dask_batch,
-        errors=(CohortError,), records=cfg.out / "records.jsonl")
-    _print_cohort(summary, cfg.out)
-    finish_clean_if(summary["verdict"] == "as-expected")
+        errors=(CohortError,), out=cfg.out, show=_print_cohort, clean="as-expected")
 
 
 def _print_cohort(summary: dict, out) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -38,8 +40,6 @@ from replayverify.untrusted import one_line
 def out_dir_or_exit(path: str, option: str = "--out", make: bool = False) -> None:
     """A directory for outputs that can be made writable (with ``make``: made), asked
     before any work; else one line and exit 2."""
-    from pathlib import Path
-
     from replayverify.verifier.journal import check_dir, prepare_dir
 
     try:
@@ -74,16 +74,19 @@ def _executor(dask: str | None, label: str, batch: int = 1):
 
 
 def run_streamed(run: Callable, *, total: int, unit: str, label: str, dask: str | None,
-                 dask_batch: int, errors: tuple[type[Exception], ...], records) -> dict:
+                 dask_batch: int, errors: tuple[type[Exception], ...], out: Path,
+                 show: Callable[[dict, Path], None], clean: str) -> NoReturn:
     """``run(executor, tick)`` with a progress bar over ``total`` ``unit``, locally or on
-    Dask: ``errors`` (and Dask's) end in one line and exit 2; Ctrl-C in one line saying
-    how to resume and exit 130 (every finished task's records are in ``records``)."""
+    Dask, then ``show(summary, out)`` and exit 0 if the summary's verdict is ``clean``,
+    else 1. ``errors`` (and Dask's) end in one line and exit 2; Ctrl-C in one line saying
+    how to resume and exit 130 (every finished task's records are in OUT/records.jsonl)."""
     from replayverify.verifier.executors import DaskError
 
+    records = out / "records.jsonl"
     bar = progress(total, unit)
     try:
         with _executor(dask, label, dask_batch) as executor:
-            return run(executor, bar.update)
+            summary = run(executor, bar.update)
     except (*errors, DaskError) as exc:
         bar.render_finish()
         fail(str(exc))
@@ -97,6 +100,8 @@ def run_streamed(run: Callable, *, total: int, unit: str, label: str, dask: str 
         finish(INTERRUPTED)
     finally:
         bar.render_finish()
+    show(summary, out)
+    finish_clean_if(summary["verdict"] == clean)
 
 
 @click.command("check")
@@ -266,8 +271,6 @@ def suite_command(n_programs, seed, family, workers, out_dir, shard, resume, mut
     shrunk to minimal reproducers in OUT/failures/. Exit status 0 when clean, 1 when
     a divergence, error or missed control was found, 2 on bad usage, 130 on Ctrl-C.
     """
-    from pathlib import Path
-
     from replayverify.verifier.suite import (
         SuiteConfig,
         SuiteError,
@@ -292,13 +295,11 @@ def suite_command(n_programs, seed, family, workers, out_dir, shard, resume, mut
     except SuiteError as exc:
         fail(str(exc))
     out_dir_or_exit(out_dir)
-    summary = run_streamed(
+    run_streamed(
         lambda executor, tick: run_suite(cfg, on_program=lambda _o, n: tick(n),
                                          executor=executor),
         total=total, unit="programs", label="suite", dask=dask, dask_batch=dask_batch,
-        errors=(SuiteError,), records=cfg.out / "records.jsonl")
-    _print_summary(summary, cfg.out)
-    finish_clean_if(summary["verdict"] == "clean")
+        errors=(SuiteError,), out=cfg.out, show=_print_summary, clean="clean")
 
 
 def _print_summary(summary: dict, out) -> None:
@@ -324,8 +325,6 @@ def generate_command(n_programs, seed, family, out_dir) -> None:
     The same programs `suite` with the same --programs, --seed and --family checks.
     Exit status 0, or 2 on bad usage or an unusable --out.
     """
-    from pathlib import Path
-
     from replayverify.programs.format import save_program
     from replayverify.verifier.suite import SuiteError, suite_ids
 

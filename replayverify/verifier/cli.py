@@ -15,6 +15,7 @@ import click
 from replayverify.cli_common import (
     INTERRUPTED,
     ISOLATED_HELP,
+    PREFIX,
     USAGE,
     command_line,
     dask_option,
@@ -95,7 +96,7 @@ def run_streamed(run: Callable, *, total: int, unit: str, label: str, dask: str 
         fail(f"cannot write {exc.filename or 'the outputs'}: {exc.strerror or exc}")
     except KeyboardInterrupt:
         bar.render_finish()
-        click.echo(f"\nreplayverify: interrupted; every finished {unit[:-1]}'s records are in "
+        click.echo(f"\n{PREFIX}interrupted; every finished {unit[:-1]}'s records are in "
                    f"{records}: continue with the same command and --resume", err=True)
         finish(INTERRUPTED)
     finally:
@@ -121,7 +122,7 @@ def check_command(files: tuple[str, ...], as_json: bool, engine_specs: tuple[str
     """Run every check on every engine for each program FILE.
 
     One record per (program, check, engine), as JSON Lines with --json or as a table.
-    Writes no files. Exit status: 2 if any file is rejected (it gives a ``rejected``
+    Writes no files. Exit status: 2 if any file is rejected (it gives a `rejected`
     record), else 1 if any record is diverge, error or missed, else 0.
     """
     from replayverify.verifier.check import rejected_record

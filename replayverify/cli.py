@@ -1,11 +1,11 @@
 """The ``replayverify`` command line (SPEC §6): this module only assembles the commands.
 
 Each command lives with the layer it drives: ``programs/cli.py`` (run, show),
-``engines/cli.py`` (profile), ``verifier/cli.py`` (check, replay, suite, generate),
-``cohort/cli.py`` (cohort), ``planner/cli.py`` (plan), ``evaluate/cli.py`` (evaluate) and
-``gpu/cli.py`` (gpu info, gpu calibrate). What they share (options, the exit path, the
-error prefix, exit status 0 clean / 1 found / 2 bad usage or rejected input / 130
-interrupted) is in ``cli_common.py``.
+``verifier/cli.py`` (check, replay, suite, generate, and profile, which runs the engines
+under the verifier's check-scoped memo), ``cohort/cli.py`` (cohort), ``planner/cli.py``
+(plan), ``evaluate/cli.py`` (evaluate) and ``gpu/cli.py`` (gpu info, gpu calibrate). What
+they share (options, the exit path, the error prefix, exit status 0 clean / 1 found / 2
+bad usage or rejected input / 130 interrupted) is in ``cli_common.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import click
 
 from replayverify.cohort.cli import COMMANDS as COHORT
-from replayverify.engines.cli import COMMANDS as ENGINES
 from replayverify.evaluate.cli import evaluate_command
 from replayverify.gpu.cli import gpu_group
 from replayverify.planner.cli import plan_command
@@ -33,7 +32,7 @@ def main() -> None:
     """
 
 
-for _command in (*PROGRAMS, *VERIFIER, *ENGINES, *COHORT, plan_command, evaluate_command,
+for _command in (*PROGRAMS, *VERIFIER, *COHORT, plan_command, evaluate_command,
                  gpu_group):
     main.add_command(_command)
 

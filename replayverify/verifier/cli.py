@@ -1,4 +1,5 @@
-"""``replayverify check``, ``replay``, ``suite`` and ``generate``: the verifier's commands,
+"""``replayverify check``, ``replay``, ``suite``, ``generate`` and ``profile``: the verifier's
+commands,
 and the run machinery every long command shares (:func:`run_streamed`: progress, Dask,
 Ctrl-C; :func:`out_dir_or_exit`)."""
 
@@ -31,11 +32,12 @@ from replayverify.cli_common import (
     seed_option,
     timeout_option,
     workers_option,
+    write_or_exit,
 )
-from replayverify.programs.cli import max_bytes_option
+from replayverify.programs.cli import load_or_exit, max_bytes_option
 from replayverify.programs.format import load_program
 from replayverify.programs.model import Program, ProgramError
-from replayverify.untrusted import one_line
+from replayverify.untrusted import dumps, one_line
 
 
 def out_dir_or_exit(path: str, option: str = "--out", make: bool = False) -> None:
@@ -342,4 +344,27 @@ def generate_command(n_programs, seed, family, out_dir) -> None:
     click.echo(f"wrote {len(ids)} programs under {out_dir}")
 
 
-COMMANDS = (check_command, replay_command, suite_command, generate_command)
+@click.command("profile")
+@click.argument("file", type=click.Path(dir_okay=False))
+@out_option("the card (default: print it).", directory=False, dest="out")
+@max_bytes_option
+def profile_command(file: str, out: str | None, max_bytes: int) -> None:
+    """Derive a planner profile card for FILE from the engines' accounting.
+
+    Per segment, eager / whole / region costs: retained and temporary bytes (exact)
+    and replayed ops as time. Plan with `replayverify plan CARD --budget B`, then verify
+    the plan with `replayverify check FILE --policy ...`. Writes the card to --out or
+    prints it. Exit status 0, or 2 for a rejected file or an unwritable --out.
+    """
+    from replayverify.engines.profile import profile_card
+
+    if out:
+        out_file_or_exit(out, "--out")
+    card = dumps(profile_card(load_or_exit(file, max_bytes)), indent=2)
+    if out:
+        write_or_exit(out, card + "\n", "--out")
+    else:
+        click.echo(card)
+
+
+COMMANDS = (check_command, replay_command, suite_command, generate_command, profile_command)

@@ -30,7 +30,14 @@ CLIENT = r"""
 import json, resource, sys, time
 from pathlib import Path
 from replayverify.verifier.records import Record
-from replayverify.verifier.suite import Job, Outcome, SuiteConfig, run_job, run_suite, suite_ids
+from replayverify.verifier.suite import (
+    Job,
+    ProgramResult,
+    SuiteConfig,
+    run_job,
+    run_suite,
+    suite_ids,
+)
 
 n, out = int(sys.argv[1]), Path(sys.argv[2])
 pool = [run_job(Job(pid, None, False, 0.0)) for pid in suite_ids(16, 0)]
@@ -41,7 +48,7 @@ class Canned:
         for i in range(len(tasks)):
             pid = str(tasks[i].pid)
             o = pool[i % len(pool)]
-            yield Outcome(pid, [Record(pid, r.sha256, r.check, r.engine, r.outcome,
+            yield ProgramResult(pid, [Record(pid, r.sha256, r.check, r.engine, r.outcome,
                                        r.max_abs_err, r.detail, r.seconds, dict(r.metrics))
                                 for r in o.records], {**o.stats, "program": pid})
 

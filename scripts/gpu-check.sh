@@ -39,11 +39,11 @@ timeout 330 "$PY" -m replayverify gpu calibrate --out "$OUT/calibration" \
 cal_rc=$?
 tail -n 15 "$OUT/calibration.txt"
 
-timeout 360 "$PY" -m replayverify evaluate --backend cupy --scale 1 --processes 3 \
+timeout 360 "$PY" -m replayverify evaluate --backend cupy --scale 1 --repeats 3 \
   --warmups 1 --steps 3 --cells small-sparse,small-dense,large-sparse,large-dense \
   --out "$OUT/evaluate" > "$OUT/evaluate.txt" 2>&1
 eval_rc=$?
-timeout 180 "$PY" -m replayverify evaluate --backend cupy --scale 2 --processes 3 \
+timeout 180 "$PY" -m replayverify evaluate --backend cupy --scale 2 --repeats 3 \
   --warmups 1 --steps 3 --cells queue,prototype,recurrence \
   --out "$OUT/evaluate-calibration" >> "$OUT/evaluate.txt" 2>&1
 eval2_rc=$?

@@ -8,6 +8,7 @@ and writes records.jsonl, summary.json and report.md. See docs/cohort.md.
 
 from replayverify.cohort.adapter import (
     Adapter,
+    DrawTape,
     Method,
     Observation,
     Reference,
@@ -54,6 +55,7 @@ __all__ = [
     "Observation",
     "Reference",
     "Roles",
+    "DrawTape",
     "Tape",
     "build_case",
     "cases",

@@ -53,12 +53,17 @@ class Method:
 
 
 @dataclass(frozen=True)
-class Tape:
+class DrawTape:
     """A framework's draws for a case (op index -> values, row-major) and its generator
     state after them, as bytes."""
 
     draws: Mapping[int, np.ndarray]
     generator: bytes
+
+
+Tape = DrawTape
+"""The old name of :class:`DrawTape`, kept for adapters written against it (the engines'
+``Tape`` is another thing: what one engine run retains)."""
 
 
 @dataclass
@@ -92,7 +97,7 @@ class Adapter(Protocol):
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         """The methods; ``extra``: also those of the rows beyond the paper."""
 
-    def draw_tape(self, case: Case) -> Tape: ...
+    def draw_tape(self, case: Case) -> DrawTape: ...
 
     def run(self, case: Case, method: Method) -> Observation: ...
 
@@ -112,7 +117,7 @@ class Reference:
     generator: bytes
 
     @classmethod
-    def of(cls, case: Case, tape: Tape) -> Reference:
+    def of(cls, case: Case, tape: DrawTape) -> Reference:
         ex = execute(case.program, draws=dict(tape.draws), record_boundaries=False)
         if ex.gradient is None:
             raise ValueError(f"{case.id}: the reference has no gradient "

@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from replayverify.cohort._ops import RULES, element_geometry, unsupported_ops
-from replayverify.cohort.adapter import Method, NotRun, Observation, Tape, first_line
+from replayverify.cohort.adapter import DrawTape, Method, NotRun, Observation, first_line
 from replayverify.cohort.cases import Case
 from replayverify.cohort.torch_adapter import (
     TorchAdapter,
@@ -116,7 +116,7 @@ class CompiledAdapter:
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         return _methods(self.backends)
 
-    def draw_tape(self, case: Case) -> Tape:
+    def draw_tape(self, case: Case) -> DrawTape:
         return self._eager.draw_tape(case)
 
     def plain_method(self, method: Method) -> Method:

@@ -8,7 +8,7 @@ and final (B, R) as the engine result gives them.
 
 from __future__ import annotations
 
-from replayverify.cohort.adapter import Method, Observation, Tape
+from replayverify.cohort.adapter import DrawTape, Method, Observation
 from replayverify.cohort.cases import Case
 
 ENGINES = ("eager", "whole", "readset", "region", "guarded")
@@ -34,12 +34,12 @@ class EnginesAdapter:
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         return tuple(Method(e, f"replayverify {e}", doc=f"the {e} engine") for e in ENGINES)
 
-    def draw_tape(self, case: Case) -> Tape:
+    def draw_tape(self, case: Case) -> DrawTape:
         from replayverify.programs.interpreter import execute
 
         ex = execute(case.program, record_boundaries=False)
         draws = {r.index: r.draws for r in ex.records if r.draws is not None}
-        return Tape(draws, ex.rng.to_bytes())
+        return DrawTape(draws, ex.rng.to_bytes())
 
     def run(self, case: Case, method: Method) -> Observation:
         from replayverify.engines import registry

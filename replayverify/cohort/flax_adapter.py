@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from replayverify.cohort.adapter import Method, Observation, Tape
+from replayverify.cohort.adapter import DrawTape, Method, Observation
 from replayverify.cohort.cases import Case
 from replayverify.cohort.jax_adapter import _Run
 
@@ -51,7 +51,7 @@ class FlaxAdapter:
     def plain_method(self, method: Method) -> Method | None:
         return METHODS[0]  # the module without remat
 
-    def draw_tape(self, case: Case) -> Tape:
+    def draw_tape(self, case: Case) -> DrawTape:
         import jax
         from flax import nnx
 
@@ -60,7 +60,7 @@ class FlaxAdapter:
             draws = {k: np.asarray(_draw(jax, rngs, op, case.program.view(op.dst).size,
                                          case.dtype)).copy()
                      for k, op in enumerate(case.program.ops) if op.spec.draws}
-            return Tape(draws, _rng_bytes(jax, rngs))
+            return DrawTape(draws, _rng_bytes(jax, rngs))
 
     def run(self, case: Case, method: Method) -> Observation:
         import jax

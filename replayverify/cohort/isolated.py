@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from replayverify.cohort.adapter import Method, Observation, Tape
+from replayverify.cohort.adapter import DrawTape, Method, Observation
 from replayverify.cohort.cases import Case
 from replayverify.plugins import load
 
@@ -120,7 +120,7 @@ class IsolatedAdapter:
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         return self.method_list
 
-    def draw_tape(self, case: Case) -> Tape:
+    def draw_tape(self, case: Case) -> DrawTape:
         return self.child.call("draw_tape", case)
 
     def run(self, case: Case, method: Method) -> Observation:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from replayverify.cohort._ops import RULES, operands, unsupported_ops
-from replayverify.cohort.adapter import Method, Observation, Tape
+from replayverify.cohort.adapter import DrawTape, Method, Observation
 from replayverify.cohort.cases import HIDDEN_FAMILIES, Case
 
 HINT = "JAX is not installed: pip install jax jaxlib, or '.[cohort]'"
@@ -57,7 +57,7 @@ class JaxAdapter:
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         return METHODS
 
-    def draw_tape(self, case: Case) -> Tape:
+    def draw_tape(self, case: Case) -> DrawTape:
         import jax
 
         with jax.enable_x64(True):
@@ -67,7 +67,7 @@ class JaxAdapter:
                 if op.spec.draws:
                     key, z = _draw(jax, key, op, case.program.view(op.dst).size, case.dtype)
                     draws[k] = np.asarray(z).copy()
-            return Tape(draws, _key_bytes(jax, key))
+            return DrawTape(draws, _key_bytes(jax, key))
 
     def run(self, case: Case, method: Method) -> Observation:
         import jax

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from replayverify.cohort._ops import RULES, operands, unsupported_ops
-from replayverify.cohort.adapter import Method, Observation, Tape
+from replayverify.cohort.adapter import DrawTape, Method, Observation
 from replayverify.cohort.cases import Case
 from replayverify.cohort.isolated import IsolatedAdapter
 from replayverify.cohort.jax_state_adapter import NO_FMA
@@ -71,14 +71,14 @@ class KerasInProcess:
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         return _methods(self.backend)
 
-    def draw_tape(self, case: Case) -> Tape:
+    def draw_tape(self, case: Case) -> DrawTape:
         keras = self.keras
         gen = keras.random.SeedGenerator(case.draw_seed)
         draws = {k: np.asarray(keras.ops.convert_to_numpy(_draw(keras, gen, op,
                                                                 case.program.view(op.dst).size,
                                                                 case.dtype))).copy()
                  for k, op in enumerate(case.program.ops) if op.spec.draws}
-        return Tape(draws, _state_bytes(keras, gen))
+        return DrawTape(draws, _state_bytes(keras, gen))
 
     def run(self, case: Case, method: Method) -> Observation:
         bad = unsupported_ops(case.program)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from replayverify.cohort._ops import RULES, element_geometry, operands, unsupported_ops
-from replayverify.cohort.adapter import Method, Observation, Tape
+from replayverify.cohort.adapter import DrawTape, Method, Observation
 from replayverify.cohort.cases import HIDDEN_FAMILIES, Case
 
 HINT = "torch is not installed: pip install torch==2.13.0 (CPU build), or '.[cohort]'"
@@ -100,7 +100,7 @@ class TorchAdapter:
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         return METHODS + (EXTRA_METHODS if extra else ())
 
-    def draw_tape(self, case: Case) -> Tape:
+    def draw_tape(self, case: Case) -> DrawTape:
         import torch
 
         with _isolated(torch, case.draw_seed):
@@ -110,7 +110,7 @@ class TorchAdapter:
                 if op.spec.draws:
                     n = case.program.view(op.dst).size
                     draws[k] = _draw(torch, op, n, dtype).numpy().copy()
-            return Tape(draws, _rng_bytes(torch))
+            return DrawTape(draws, _rng_bytes(torch))
 
     def run(self, case: Case, method: Method) -> Observation:
         import torch

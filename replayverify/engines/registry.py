@@ -2,7 +2,8 @@
 
 ``register(name, engine)`` adds a user's engine (anything with a ``name`` and a
 ``run(program, *, admission=None)`` method) so the verifier checks it like the
-built-in ones; a name already taken is refused.
+built-in ones; a name already taken is refused. The registry is the one
+``replayverify.plugins.Registry`` the cohort's adapters use too.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from replayverify.engines.strategies import (
     StrategyEngine,
     Whole,
 )
-from replayverify.plugins import load, not_a
+from replayverify.plugins import Registry
 
 ENGINES = ("eager", "whole", "readset", "region", "guarded")
 MUTANT_PREFIX = "mutant:"
@@ -53,52 +54,7 @@ def _builtin() -> dict[str, Engine]:
     return {name: StrategyEngine(name, strategy) for name, strategy in table}
 
 
-_REGISTRY: dict[str, Engine] = _builtin()
-_BUILTIN = frozenset(_REGISTRY)
-# Engines built from a ``policy:`` or ``module:attr`` spec: found by name, but not
-# registered, so they never join the default engine set of later checks.
-_RESOLVED: dict[str, Engine] = {}
-
-
 _NEEDS = "a name and a run(program, *, admission=None) method"
-
-
-def register(name: str, engine: Engine) -> Engine:
-    """Make ``engine`` available as ``name``. Refuses a taken name or a non-engine."""
-    if not isinstance(name, str) or not name:
-        raise ValueError("an engine name must be a non-empty string")
-    if name in _REGISTRY:
-        raise ValueError(f"an engine named {name!r} is already registered")
-    if not isinstance(engine, Engine):
-        raise TypeError(not_a(engine, "engine", _NEEDS))
-    _REGISTRY[name] = engine
-    return engine
-
-
-def unregister(name: str) -> None:
-    """Remove a user-registered engine (built-in engines stay)."""
-    if name in _BUILTIN:
-        raise ValueError(f"{name!r} is a built-in engine")
-    _REGISTRY.pop(name, None)
-
-
-def resolve(spec: str) -> str:
-    """The name under which ``get`` finds the engine ``spec`` names.
-
-    ``spec`` is a registered name, ``policy:eager,region,...`` (one entry per segment),
-    or ``module:attr`` naming an engine object, or a class or factory returning one.
-    The latter two are built once and cached under ``spec`` without joining the
-    registered (default) engines. Raises ValueError with a one-line reason.
-    """
-    if spec in _REGISTRY or spec in _RESOLVED:
-        return spec
-    if spec.startswith("policy:"):
-        _RESOLVED[spec] = PolicyEngine(tuple(spec[len("policy:"):].split(",")))
-        return spec
-    obj = load(spec, kind="engine", accepts=lambda o: isinstance(o, Engine),
-               known=_known(), needs=_NEEDS, also=", or policy:eager,region,...")
-    _RESOLVED[spec] = obj
-    return spec
 
 
 def _known() -> str:
@@ -109,26 +65,51 @@ def _known() -> str:
                                         if mutants else "")
 
 
+REGISTRY: Registry[Engine] = Registry(
+    "engine", accepts=lambda o: isinstance(o, Engine), needs=_NEEDS, builtin=_builtin(),
+    prefixes={"policy:": lambda rest: PolicyEngine(tuple(rest.split(",")))},
+    also=", or policy:eager,region,...", known=_known)
+"""The engines by name (``replayverify.plugins.Registry``)."""
+
+
+def register(name: str, engine: Engine) -> Engine:
+    """Make ``engine`` available as ``name``. Refuses a taken name or a non-engine."""
+    return REGISTRY.register(name, engine)
+
+
+def unregister(name: str) -> None:
+    """Remove a user-registered (or resolved) engine; built-in engines stay."""
+    REGISTRY.unregister(name)
+
+
+def resolve(spec: str) -> str:
+    """The name under which ``get`` finds the engine ``spec`` names.
+
+    ``spec`` is a registered name, ``policy:eager,region,...`` (one entry per segment),
+    or ``module:attr`` naming an engine object, or a class or factory returning one.
+    The latter two are built once and cached under ``spec`` without joining the
+    registered (default) engines. Raises ValueError with a one-line reason.
+    """
+    return REGISTRY.resolve(spec)
+
+
 def get(name: str) -> Engine:
     """The engine registered as ``name``; KeyError naming the known engines otherwise."""
-    try:
-        return _REGISTRY[name] if name in _REGISTRY else _RESOLVED[name]
-    except KeyError:
-        raise KeyError(f"unknown engine {name!r}; known: {', '.join(_REGISTRY)}") from None
+    return REGISTRY.get(name)
 
 
 def names() -> tuple[str, ...]:
     """Every registered name, engines and mutants, in registration order."""
-    return tuple(_REGISTRY)
+    return REGISTRY.names()
 
 
 def engine_names() -> tuple[str, ...]:
     """Registered engines that are not mutants."""
-    return tuple(n for n in _REGISTRY if not n.startswith(MUTANT_PREFIX))
+    return tuple(n for n in names() if not n.startswith(MUTANT_PREFIX))
 
 
 def mutant_names() -> tuple[str, ...]:
-    return tuple(n for n in _REGISTRY if n.startswith(MUTANT_PREFIX))
+    return tuple(n for n in names() if n.startswith(MUTANT_PREFIX))
 
 
 def is_mutant(name: str) -> bool:

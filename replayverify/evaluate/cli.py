@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
+from replayverify.cli_common import (
+    backend_option,
+    deprecated_alias,
+    fail,
+    finish_clean_if,
+    out_option,
+    take_alias,
+)
 from replayverify.evaluate.run import DEFAULT_SCALE, EvaluateError, evaluate
 from replayverify.evaluate.workloads import paper_cells
 
 
 @click.command("evaluate")
-@click.option(
-    "--out",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Directory for evaluate.json, report.md, resource-map.png and cards/.",
-)
+@out_option("evaluate.json, report.md, resource-map.png and cards/.", required=True)
 @click.option(
     "--scale",
     default=DEFAULT_SCALE,
@@ -28,13 +29,17 @@ from replayverify.evaluate.workloads import paper_cells
     "(1: the paper's scale, for a GPU with enough memory).",
 )
 @click.option(
-    "--processes",
+    "--repeats",
     "-K",
+    "processes",
     default=10,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Fresh measuring processes; every method runs in each, paired.",
+    help="Fresh measuring processes, run one after another: a sample size, not "
+    "parallelism (timings must not share the machine, so evaluate takes no --workers); "
+    "every method runs in each, paired.",
 )
+@deprecated_alias("--processes", "--repeats", click.IntRange(min=1))
 @click.option(
     "--warmups",
     default=2,
@@ -56,13 +61,8 @@ from replayverify.evaluate.workloads import paper_cells
     type=click.IntRange(min=1),
     help="Instrumented steps per option when calibrating the cards.",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["numpy", "cupy"]),
-    default="numpy",
-    show_default=True,
-    help="Array module: NumPy on the CPU or CuPy on a GPU.",
-)
+@backend_option("numpy", "Default numpy, as for every command that does not exist to "
+                "measure a GPU: the study runs anywhere; cupy gives the GPU figures.")
 @click.option(
     "--cells",
     default=None,
@@ -77,20 +77,23 @@ def evaluate_command(
     calibration_steps: int,
     backend: str,
     cells: str | None,
+    old_processes: int | None,
 ) -> None:
     """Run the planner's policies on the paper's workloads and measure them.
 
     For each workload (four activation-pressure cells and the three calibration workloads):
     calibrate a profile card, plan the state-agnostic, state-aware eager/whole and joint
     policies from it, check every method computes exactly what eager does (float64 and
-    float32), then time all methods in K fresh processes and compare them pairwise
+    float32), then time all methods in K fresh processes (--repeats) and compare them pairwise
     (geometric mean of per-process ratios, bootstrap interval) and against the card's
-    predictions. Exit status 0 when every semantic check passed, 1 otherwise, 2 for bad
+    predictions. Writes OUT/evaluate.json, report.md, resource-map.png and cards/ (progress
+    on stderr). Exit status 0 when every semantic check passed, 1 otherwise, 2 for bad
     usage or an unavailable backend.
     """
     from replayverify.gpu.backend import GpuUnavailable
     from replayverify.verifier.journal import prepare_dir
 
+    processes = take_alias(processes, old_processes, "--processes", "--repeats")
     try:
         prepare_dir(Path(out_dir), EvaluateError)
         doc = evaluate(
@@ -105,11 +108,10 @@ def evaluate_command(
             log=lambda m: click.echo(m, err=True),
         )
     except (ValueError, GpuUnavailable, EvaluateError) as exc:
-        click.echo(f"replayverify evaluate: {exc}", err=True)
-        sys.exit(2)
+        fail(f"evaluate: {exc}")
     failed = sum(s.get("semantic_fail", 0) for s in doc["summary"])
     click.echo(
         f"evaluate: {len(doc['rows'])} rows, {failed} failed semantic checks; "
         f"report {out_dir}/report.md"
     )
-    sys.exit(1 if failed else 0)
+    finish_clean_if(not failed)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
+from replayverify.cli_common import backend_option, fail, out_option
 from replayverify.gpu import backend
 
 
@@ -16,7 +15,10 @@ def gpu_group() -> None:
 
 @gpu_group.command("info")
 def info() -> None:
-    """Print whether the GPU backend can run here, and why not."""
+    """Print whether the GPU backend can run here, and why not.
+
+    Writes no files. Exit status 0 either way.
+    """
     if backend.available():
         from replayverify.gpu.calibrate import device
 
@@ -28,29 +30,20 @@ def info() -> None:
 
 
 @gpu_group.command("calibrate")
-@click.option(
-    "--out",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Directory for calibration.json, calibration.md, the plot and profiles/.",
-)
+@out_option("calibration.json, calibration.md, the plot and profiles/.", required=True)
 @click.option("--quick", is_flag=True, help="A reduced grid (64 MiB, 1 and 4 versions).")
-@click.option(
-    "--backend",
-    "backend_name",
-    type=click.Choice(["cupy", "numpy"]),
-    default="cupy",
-    show_default=True,
-    help="numpy runs the same pipeline on the CPU: a smoke test, not GPU numbers.",
-)
+@backend_option("cupy", "Default cupy: this command exists to measure the GPU; numpy "
+                "runs the same pipeline on the CPU, a smoke test, not GPU numbers.",
+                dest="backend_name")
 def calibrate_cmd(out_dir: str, quick: bool, backend_name: str) -> None:
-    """Measure eager / whole / region peak memory and step time, and journal bandwidth."""
+    """Measure eager / whole / region peak memory and step time, and journal bandwidth.
+
+    Writes OUT/calibration.json, calibration.md, the plot and profiles/ (progress on
+    stderr) and prints each target's figure. Exit status 0, or 2 for bad usage or an
+    unavailable GPU backend.
+    """
     if backend_name == "cupy" and not backend.available():
-        click.echo(
-            f"replayverify: GPU backend unavailable: {backend.unavailable_reason()}", err=True
-        )
-        sys.exit(2)
+        fail(f"GPU backend unavailable: {backend.unavailable_reason()}")
     from replayverify.gpu.calibrate import calibrate
 
     doc = calibrate(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from replayverify.cli_common import fail, finish_clean_if, json_option
 from replayverify.planner.card import OPTIONS, Card, CardError, format_bytes, load_card
 from replayverify.planner.card import parse_budget as _parse_budget
 from replayverify.planner.plan import Plan, plan
@@ -96,10 +97,8 @@ def _describe(card: Card, result: Plan) -> list[str]:
     default=None,
     help="Truncate each step's frontier to K states (drops the optimality claim).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.pass_context
+@json_option("one object.")
 def plan_command(
-    ctx: click.Context,
     card: str,
     budget: str,
     options: str,
@@ -107,14 +106,18 @@ def plan_command(
     max_frontier: int | None,
     as_json: bool,
 ) -> None:
-    """Choose eager / whole / region per segment of a profile CARD under a memory budget."""
+    """Choose eager / whole / region per segment of a profile CARD under a memory budget.
+
+    Prints the plan (one JSON object with --json); writes no files. Exit status 0 when a
+    policy fits the budget, 1 when none does (with --state-agnostic: when the agnostic
+    pick does not fit once charged its true costs), 2 for a bad card, budget or option list.
+    """
     try:
         limit = _parse_budget(budget)
         loaded = load_card(card)
     except CardError as exc:
         where = "" if exc.field == "budget" else f"{one_line(card, 80)}: rejected: "
-        click.echo(f"replayverify: {where}{exc}", err=True)
-        ctx.exit(2)
+        fail(f"{where}{exc}")
     try:
         result = plan(
             loaded,
@@ -124,10 +127,9 @@ def plan_command(
             max_frontier=max_frontier,
         )
     except CardError as exc:
-        click.echo(f"replayverify: {exc}", err=True)
-        ctx.exit(2)
+        fail(str(exc))
     if as_json:
         click.echo(dumps(result.to_json()))
     else:
         click.echo("\n".join(_describe(loaded, result)))
-    ctx.exit(0 if result.feasible else 1)
+    finish_clean_if(result.feasible)

@@ -39,12 +39,12 @@ from replayverify.verifier.executors import Executor, ProcessPool, TaskTimeout, 
 from replayverify.verifier.journal import Journal, open_journal
 from replayverify.verifier.records import (
     Check,
+    Outcome,
     Record,
     make_record,
     record_rows,
     records_from_rows,
 )
-from replayverify.verifier.records import Outcome as Verdicts
 from replayverify.verifier.report import SuiteTally
 
 SUITE_FAMILIES = ("derivative", "bytes", "alias", "complex", "mixed")  # the default mix
@@ -158,7 +158,9 @@ class Job:
 
 
 @dataclass
-class Outcome:
+class ProgramResult:
+    """One suite program's records and run statistics, as a worker sends them back."""
+
     pid: str
     records: list[Record]
     stats: dict = field(default_factory=dict)
@@ -169,8 +171,8 @@ class Outcome:
         return _outcome, (self.pid, record_rows(self.records), self.stats)
 
 
-def _outcome(pid: str, rows: list[tuple], stats: dict) -> Outcome:
-    return Outcome(pid, records_from_rows(rows), stats)
+def _outcome(pid: str, rows: list[tuple], stats: dict) -> ProgramResult:
+    return ProgramResult(pid, records_from_rows(rows), stats)
 
 
 def _resolved(engines: tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -240,7 +242,7 @@ def program_stats(ex: Execution, attempts: int) -> dict:
 
 
 @quiet
-def run_job(job: Job) -> Outcome:
+def run_job(job: Job) -> ProgramResult:
     """Check one program; an exception or a timeout becomes an ``error`` record.
 
     One ``quiet`` region for the whole job: the quiet calls nested in it (each attempt's
@@ -258,15 +260,15 @@ def run_job(job: Job) -> Outcome:
             records = check_execution(g.execution, program_id=pid,
                                       engines=_resolved(job.engines), mutants=job.mutants)
             stats = program_stats(g.execution, g.attempts)
-        return Outcome(pid, records, stats)
+        return ProgramResult(pid, records, stats)
     except TaskTimeout:
         detail = f"timed out after {job.timeout:g} s"
     except Exception as exc:  # one program's failure never stops the suite
         detail = f"{type(exc).__name__}: {exc}"
     sha = program.sha256 if program is not None else ""
-    rec = make_record(pid, sha, Check.PROGRAM, Verdict(Verdicts.ERROR, None, detail),
+    rec = make_record(pid, sha, Check.PROGRAM, Verdict(Outcome.ERROR, None, detail),
                       round(time.perf_counter() - start, 6))
-    return Outcome(pid, [rec], {})
+    return ProgramResult(pid, [rec], {})
 
 
 # ---------------------------------------------------------------- the run
@@ -304,11 +306,11 @@ class _Jobs(Sequence[Job]):
         return Job(self.ids[i], cfg.engines, cfg.mutants, cfg.timeout)
 
 
-def _lost(job: Job, reason: str) -> Outcome:
+def _lost(job: Job, reason: str) -> ProgramResult:
     """The record of a program whose every worker died (a crash no exception reports)."""
     pid = str(job.pid)
-    return Outcome(pid, [make_record(pid, "", Check.PROGRAM,
-                                     Verdict(Verdicts.ERROR, None, f"lost: {reason}"))], {})
+    return ProgramResult(pid, [make_record(pid, "", Check.PROGRAM,
+                                     Verdict(Outcome.ERROR, None, f"lost: {reason}"))], {})
 
 
 SUITE_FILES = {"records_bytes": "records.jsonl", "stats_bytes": "programs.jsonl"}
@@ -359,7 +361,7 @@ def _collector_skips_the_heap() -> Iterator[Callable[[], None]]:
 
 
 def run_suite(cfg: SuiteConfig,
-              on_program: Callable[[Outcome | None, int], None] | None = None,
+              on_program: Callable[[ProgramResult | None, int], None] | None = None,
               executor: Executor | None = None) -> dict:
     """Run (or resume) a suite; returns the summary (also written to summary.json).
 

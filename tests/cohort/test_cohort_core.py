@@ -14,10 +14,10 @@ from replayverify import cohort
 from replayverify.cli import main
 from replayverify.cohort import (
     CohortConfig,
+    DrawTape,
     Method,
     Observation,
     Reference,
-    Tape,
     build_case,
     cases,
     compare,
@@ -52,7 +52,7 @@ def test_reference_uses_the_given_draws():
     k = next(iter(case.segment_ops()))
     n = case.program.view(case.program.ops[k].dst).size
     ones = {k: np.ones(n), 3: np.zeros(n)}
-    ref = Reference.of(case, Tape(ones, b"g"))
+    ref = Reference.of(case, DrawTape(ones, b"g"))
     ex = execute(case.program, draws=ones)
     assert ref.buffers == ex.buffers and ref.generator == b"g"
     assert ref.buffers != execute(case.program).buffers
@@ -165,7 +165,7 @@ def test_engines_adapter_diverges_from_a_different_reference():
     a = EnginesAdapter()
     case = build_case("local-overlap", 420001, "float64")
     tape = a.draw_tape(case)
-    other = Tape({k: v + 1 for k, v in tape.draws.items()}, tape.generator)
+    other = DrawTape({k: v + 1 for k, v in tape.draws.items()}, tape.generator)
     rec = cohort.observe(a, case, a.methods()[0], Reference.of(case, other))
     assert rec["outcome"] == "diverge" and "gradient" in rec["diverged"]
 
@@ -224,3 +224,9 @@ def test_torch_missing_gives_unsupported_records_with_the_install_hint(monkeypat
     # 7 Table 2 methods, 2 selective, 5 wrappers (issue #25): each a record, none run
     assert len(recs) == 14 and {r["outcome"] for r in recs} == {"unsupported"}
     assert {r["detail"] for r in recs} == {HINT} and recs[0]["version"] == ""
+
+
+def test_the_old_name_tape_still_imports_as_draw_tape():
+    from replayverify.cohort import DrawTape, Tape
+
+    assert Tape is DrawTape

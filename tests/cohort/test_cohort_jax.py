@@ -24,7 +24,7 @@ pytest.importorskip("jax")
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = r'''
 import json, sys
-from replayverify.cohort import Reference, Tape, build_case, observe
+from replayverify.cohort import Reference, DrawTape, build_case, observe
 from replayverify.cohort.jax_adapter import METHODS, JaxAdapter
 from tests.cohort import cases as hand
 import jax
@@ -43,7 +43,7 @@ for key in json.loads(sys.argv[1]):
     case = CASES[case_name]()
     tape = a.draw_tape(case)
     if generator:
-        tape = Tape(tape.draws, generator.encode())
+        tape = DrawTape(tape.draws, generator.encode())
     out[key] = observe(a, case, ALL[method], Reference.of(case, tape))
 out["x64 after"] = bool(jax.config.jax_enable_x64)
 out["float32 after"] = str(jax.numpy.zeros(1, dtype="float32").dtype)

@@ -279,7 +279,7 @@ def test_evaluate_command_runs_a_small_study(tmp_path) -> None:
         str(out),
         "--scale",
         "4096",
-        "--processes",
+        "--repeats",
         "2",
         "--warmups",
         "0",
@@ -310,6 +310,18 @@ def test_evaluate_command_runs_a_small_study(tmp_path) -> None:
     assert "Predicted (card) against measured" in md
     png = out / "resource-map.png"
     assert png.exists() == (not doc["plot"].startswith("resource map: PNG skipped"))
+
+
+def test_evaluate_still_takes_processes_as_a_hidden_deprecated_spelling(tmp_path) -> None:
+    from replayverify.cli import main
+
+    result = CliRunner().invoke(main, ["evaluate", "--out", str(tmp_path), "--processes", "3",
+                                       "--cells", "nope"])
+    assert result.exit_code == 2 and "unknown cells" in result.output
+    assert "replayverify: --processes is deprecated: use --repeats" in result.output
+    assert "--processes" not in CliRunner().invoke(main, ["evaluate", "--help"]).output
+    ctx = main.commands["evaluate"].make_context("evaluate", ["--out", "x", "--processes", "3"])
+    assert (ctx.params["processes"], ctx.params["old_processes"]) == (10, 3)
 
 
 def test_evaluate_command_refuses_bad_usage(tmp_path) -> None:

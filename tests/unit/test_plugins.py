@@ -101,3 +101,70 @@ def test_a_real_ctrl_c_during_a_plugin_call_still_interrupts() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         call(wait_for_ctrl_c)
+
+
+# -- the one Registry behind engines and cohort adapters ----------------------------------
+
+LAZY = Thing()
+
+
+def lazy_thing() -> Thing:
+    return LAZY
+
+
+def a_registry():
+    from replayverify.plugins import Registry
+
+    return Registry("thing", accepts=_accepts, needs="x", forbidden="/",
+                    builtin={"made": Thing(), "lazy": f"{__name__}:lazy_thing"},
+                    prefixes={"twice:": lambda rest: Thing()})
+
+
+def test_both_registries_are_the_one_registry():
+    from replayverify.cohort import registry as cohort
+    from replayverify.engines import registry as engines
+    from replayverify.plugins import Registry
+
+    assert isinstance(engines.REGISTRY, Registry) and isinstance(cohort.REGISTRY, Registry)
+
+
+def test_a_registry_lists_builtins_then_users_and_protects_builtins():
+    reg = a_registry()
+    mine = Thing()
+    assert reg.register("mine", mine) is mine
+    assert reg.names() == ("made", "lazy", "mine") and reg.get("mine") is mine
+    assert reg.get("lazy") is LAZY  # a module:attr built-in, loaded on first get
+    for name, error, message in [("made", ValueError, "'made' is a built-in thing"),
+                                 ("lazy", ValueError, "'lazy' is a built-in thing")]:
+        with pytest.raises(error, match=message):
+            reg.unregister(name)
+    reg.unregister("mine")
+    assert reg.names() == ("made", "lazy")
+
+
+@pytest.mark.parametrize(("name", "obj", "error", "message"), [
+    ("made", Thing(), ValueError, "a thing named 'made' is already registered"),
+    ("", Thing(), ValueError, "a thing name must be a non-empty string without '/'"),
+    ("a/b", Thing(), ValueError, "without '/'"),
+    ("new", object(), TypeError, "is not a thing: it needs x"),
+])
+def test_a_registry_refuses_in_one_line(name, obj, error, message):
+    with pytest.raises(error) as info:
+        a_registry().register(name, obj)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_resolve_builds_once_and_never_joins_the_names():
+    reg = a_registry()
+    spec = f"{__name__}:make_thing"
+    assert reg.resolve(spec) == spec and reg.resolve("twice:x") == "twice:x"
+    first = reg.get(spec)
+    assert reg.resolve(spec) == spec and reg.get(spec) is first
+    assert reg.names() == ("made", "lazy")
+    reg.unregister(spec)
+    with pytest.raises(KeyError, match=r"unknown thing .*; known: made, lazy"):
+        reg.get(spec)
+    with pytest.raises(ValueError, match="names contain no '/'"):
+        reg.resolve("a/b:c")
+    with pytest.raises(ValueError, match="unknown thing 'nope'; known: made, lazy"):
+        reg.resolve("nope")

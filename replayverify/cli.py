@@ -20,8 +20,8 @@ from replayverify.gpu.cli import gpu_group
 from replayverify.planner.cli import plan_command
 from replayverify.programs.format import load_program, program_sha256
 from replayverify.programs.model import DEFAULT_MAX_BYTES, Program, ProgramError
+from replayverify.runs.executors import DaskError
 from replayverify.untrusted import dumps, one_line
-from replayverify.verifier.executors import DaskError
 
 
 def fail_usage(message: str) -> NoReturn:
@@ -35,7 +35,7 @@ def out_dir_or_exit(path: str, option: str = "--out", make: bool = False) -> Non
     before any work; else one line and exit 2."""
     from pathlib import Path
 
-    from replayverify.verifier.journal import check_dir, prepare_dir
+    from replayverify.runs.journal import check_dir, prepare_dir
 
     try:
         (prepare_dir if make else check_dir)(Path(path), ValueError, option)
@@ -123,7 +123,7 @@ def _executor(dask: str | None, label: str, batch: int = 1):
     if dask is None:
         yield None
         return
-    from replayverify.verifier.executors import dask_executor
+    from replayverify.runs.executors import dask_executor
 
     with dask_executor(dask, label=label, batch=batch) as executor:
         yield executor

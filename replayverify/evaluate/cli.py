@@ -89,7 +89,7 @@ def evaluate_command(
     usage or an unavailable backend.
     """
     from replayverify.gpu.backend import GpuUnavailable
-    from replayverify.verifier.journal import prepare_dir
+    from replayverify.runs.journal import prepare_dir
 
     try:
         prepare_dir(Path(out_dir), EvaluateError)

@@ -18,6 +18,7 @@ import numpy as np
 from replayverify.evaluate.stats import paired_ratio
 from replayverify.evaluate.workloads import ACTIVATION, Cell, paper_cells
 from replayverify.planner import parse_card, plan, policy_cost
+from replayverify.runs import fingerprint
 from replayverify.untrusted import dumps
 
 METHODS = ("eager", "whole", "regions", "state-agnostic", "eager/whole", "joint")
@@ -38,15 +39,8 @@ class EvaluateError(Exception):
 
 
 def source_sha256() -> str:
-    """sha256 over the source files that define the study (sorted paths and contents)."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for rel in SOURCES:
-        path = root / rel
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-        for f in files:
-            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()
+    """sha256 over the source files that define the study (:mod:`replayverify.runs.fingerprint`)."""
+    return fingerprint.source_sha256(SOURCES)
 
 
 # glibc's allocator keeps what a process frees (no trimming, a fixed mmap threshold of 32

@@ -387,7 +387,7 @@ def check_isolated(program: Program, *, timeout: float, program_id: str | None =
     record says so, and a worker still running ``HARD_GRACE`` s later (an engine that
     swallows the timeout, or hangs in C) or that ends its process (``os._exit``) is one
     ``error`` record ``lost: ...``; this process goes on either way."""
-    from replayverify.verifier import executors
+    from replayverify.runs import executors
 
     label, sha = program_label(program, program_id), program.sha256
 

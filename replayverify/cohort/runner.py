@@ -27,8 +27,9 @@ from replayverify.cohort.cases import (
     EXTRA_FAMILIES,
     FAMILIES,
     build_case,
+    extra_row,
 )
-from replayverify.cohort.expected import expected_letter, extra_row
+from replayverify.cohort.expected import expected_letter
 from replayverify.plugins import call, checked
 from replayverify.runs.executors import Executor, ProcessPool
 from replayverify.runs.journal import open_journal

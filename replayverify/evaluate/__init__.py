@@ -7,9 +7,16 @@ resource-map.png. The per-segment mechanics are :mod:`replayverify.gpu.segments`
 the calibration. See docs/evaluate.md.
 """
 
-from replayverify.evaluate.run import DEFAULT_SCALE, LABELS, METHODS, EvaluateError, evaluate
+from replayverify.evaluate.run import DEFAULT_SCALE, EvaluateError, evaluate
 from replayverify.evaluate.stats import Ratio, geometric_mean, paired_ratio
-from replayverify.evaluate.workloads import ActivationStep, Cell, make_step, paper_cells
+from replayverify.evaluate.workloads import (
+    LABELS,
+    METHODS,
+    ActivationStep,
+    Cell,
+    make_step,
+    paper_cells,
+)
 
 __all__ = [
     "DEFAULT_SCALE",

@@ -15,21 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from replayverify.evaluate.report import markdown, plot
 from replayverify.evaluate.stats import paired_ratio
-from replayverify.evaluate.workloads import ACTIVATION, Cell, paper_cells
+from replayverify.evaluate.workloads import ACTIVATION, METHODS, Cell, paper_cells
 from replayverify.planner import parse_card, plan, policy_cost
 from replayverify.runs import fingerprint
 from replayverify.untrusted import dumps
 
-METHODS = ("eager", "whole", "regions", "state-agnostic", "eager/whole", "joint")
-LABELS = {
-    "eager": "Eager",
-    "whole": "Whole snapshots",
-    "regions": "Fixed regions",
-    "state-agnostic": "State-agnostic planner",
-    "eager/whole": "State-aware eager/whole",
-    "joint": "Joint planner",
-}
 DEFAULT_SCALE = 512
 SOURCES = ("evaluate", "gpu/segments.py", "gpu/journal.py", "gpu/calibrate.py", "planner")
 
@@ -144,8 +136,6 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run the study and write DIR/evaluate.json, DIR/report.md, DIR/resource-map.png and the
     cards (DIR/cards/<cell>.json). Returns the evaluate.json document."""
-    from replayverify.evaluate.report import markdown, plot
-
     say = log or (lambda _m: None)
     if scale < 1 or processes < 1 or warmups < 0 or steps < 1 or calibration_steps < 1:
         raise ValueError("scale, processes, steps and calibration steps must be >= 1, warmups >= 0")

@@ -1,4 +1,5 @@
-"""The evaluation's workloads: the activation-pressure step and the three calibration cells.
+"""The evaluation's workloads (the activation-pressure step and the three calibration cells)
+and the methods it compares.
 
 Every size is given at the published scale and divided by ``scale`` (:meth:`Cell.at`), so
 the same study runs on a laptop and, at ``scale=1``, on a GPU with enough memory.
@@ -21,6 +22,16 @@ MiB = 1 << 20
 ACTIVATION = "activation"
 CALIBRATION_WORKLOADS = cal.WORKLOADS
 QUEUE_ROW_BYTES = cal.ROW_BYTES["queue"]
+
+METHODS = ("eager", "whole", "regions", "state-agnostic", "eager/whole", "joint")
+LABELS = {
+    "eager": "Eager",
+    "whole": "Whole snapshots",
+    "regions": "Fixed regions",
+    "state-agnostic": "State-agnostic planner",
+    "eager/whole": "State-aware eager/whole",
+    "joint": "Joint planner",
+}
 
 
 @dataclass(frozen=True, slots=True)

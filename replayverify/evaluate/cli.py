@@ -88,7 +88,6 @@ def evaluate_command(
     predictions. Exit status 0 when every semantic check passed, 1 otherwise, 2 for bad
     usage or an unavailable backend.
     """
-    from replayverify.gpu.backend import GpuUnavailable
     from replayverify.runs.journal import prepare_dir
 
     try:
@@ -104,7 +103,7 @@ def evaluate_command(
             cells=None if cells is None else [c.strip() for c in cells.split(",")],
             log=lambda m: click.echo(m, err=True),
         )
-    except (ValueError, GpuUnavailable, EvaluateError) as exc:
+    except (ValueError, EvaluateError) as exc:
         click.echo(f"replayverify evaluate: {exc}", err=True)
         sys.exit(2)
     failed = sum(s.get("semantic_fail", 0) for s in doc["summary"])

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from replayverify.evaluate.calibrate import array_module
 from replayverify.evaluate.report import markdown, plot
 from replayverify.evaluate.stats import paired_ratio
 from replayverify.evaluate.workloads import ACTIVATION, METHODS, Cell, paper_cells
@@ -23,7 +24,7 @@ from replayverify.runs import fingerprint
 from replayverify.untrusted import dumps
 
 DEFAULT_SCALE = 512
-SOURCES = ("evaluate", "gpu/segments.py", "gpu/journal.py", "gpu/calibrate.py", "planner")
+SOURCES = ("evaluate", "gpu/journal.py", "planner")
 
 
 class EvaluateError(Exception):
@@ -145,9 +146,13 @@ def evaluate(
     if bad:
         raise ValueError(f"unknown cells {bad}; cells are {', '.join(known)}")
     chosen = [known[c].at(scale) for c in names]
-    from replayverify.gpu.backend import get_xp
+    if backend != "numpy":  # the backend's reason, before any process starts
+        from replayverify.gpu.backend import GpuUnavailable
 
-    get_xp(backend)  # GpuUnavailable, with the reason, before any process starts
+        try:
+            array_module(backend)
+        except GpuUnavailable as exc:
+            raise EvaluateError(str(exc)) from None
     out = Path(out_dir)
     (out / "cards").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from replayverify.gpu import calibrate as cal
+from replayverify.evaluate import calibrate as cal
 from replayverify.gpu import journal as jr
 from replayverify.programs.arrays import to_host
 
@@ -89,7 +89,7 @@ def paper_cells() -> tuple[Cell, ...]:
 
 
 class ActivationStep:
-    """The activation-pressure step (a :class:`~replayverify.gpu.segments.SegmentedStep`).
+    """The activation-pressure step (a :class:`~replayverify.evaluate.segments.SegmentedStep`).
 
     State: a feature queue of 512-byte rows. Segment k reads the queue rows it is about to
     overwrite (the next ``f`` of the ring, as the calibration's queue workload) and forms
@@ -166,7 +166,7 @@ class ActivationStep:
 
 
 def calibration_step(xp: ModuleType, cell: Cell, dtype: Any = np.float32) -> Any:
-    """A calibration workload's cell (``gpu/calibrate.py``) as a segmented step, reset to its
+    """A calibration workload's cell (``evaluate/calibrate.py``) as a segmented step, reset to its
     initial state. Its backward values (the sums of each segment's pre-write rows) are the
     step's result."""
     sets = cal.write_sets(

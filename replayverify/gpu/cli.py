@@ -1,12 +1,11 @@
-"""``replayverify gpu``: backend information and the cost calibration."""
+"""``replayverify gpu``: backend information and the cost calibration (which lives in
+:mod:`replayverify.evaluate.calibrate`)."""
 
 from __future__ import annotations
 
 import sys
 
 import click
-
-from replayverify.gpu import backend
 
 
 @click.group("gpu")
@@ -17,10 +16,12 @@ def gpu_group() -> None:
 @gpu_group.command("info")
 def info() -> None:
     """Print whether the GPU backend can run here, and why not."""
-    if backend.available():
-        from replayverify.gpu.calibrate import device
+    from replayverify.gpu import backend  # (on use: ``replayverify`` starts without it)
 
-        dev = device("cupy").describe()
+    if backend.available():
+        from replayverify.gpu.device import CupyDevice
+
+        dev = CupyDevice(backend.require_cupy()).describe()
         click.echo(f"GPU backend available: {dev['name']} (CuPy {dev['cupy']})")
     else:
         click.echo(f"GPU backend unavailable: {backend.unavailable_reason()}")
@@ -46,12 +47,14 @@ def info() -> None:
 )
 def calibrate_cmd(out_dir: str, quick: bool, backend_name: str) -> None:
     """Measure eager / whole / region peak memory and step time, and journal bandwidth."""
+    from replayverify.gpu import backend
+
     if backend_name == "cupy" and not backend.available():
         click.echo(
             f"replayverify: GPU backend unavailable: {backend.unavailable_reason()}", err=True
         )
         sys.exit(2)
-    from replayverify.gpu.calibrate import calibrate
+    from replayverify.evaluate.calibrate import calibrate
 
     doc = calibrate(
         out_dir, quick=quick, backend=backend_name, log=lambda msg: click.echo(msg, err=True)

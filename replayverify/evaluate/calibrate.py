@@ -163,7 +163,7 @@ class _NumpyDevice:
 
 def array_module(backend: str) -> ModuleType:
     """The array module of ``backend`` ("numpy" or "cupy"; for "cupy" GpuUnavailable names
-    why it cannot run). "numpy" never imports the CuPy backend (:mod:`replayverify.gpu`)."""
+    why it cannot run). "numpy" never imports the CuPy backend (:mod:`replayverify.gpu.backend`)."""
     if backend == "numpy":
         return np
     from replayverify.gpu.backend import get_xp

@@ -1,6 +1,6 @@
 """The file-level import graph: no circles, and no import from a lower layer up to a higher
 one (``replayverify/_layers.py``). Every import counts, function-level and
-``TYPE_CHECKING`` ones included, as ``/work/briefs/impgraph.py`` reads them."""
+``TYPE_CHECKING`` ones included: a file that imports another depends on it."""
 
 from __future__ import annotations
 

@@ -12,6 +12,11 @@ values its derivative depends on. Where each op kind is defined:
 - ``verifier.forward_jacobian.TANGENT``: its tangent rule, derived independently of
   ``REVERSE`` on purpose (the forward Jacobian checks the reverse rules);
 - ``programs.philox``: the draws (``Draw``) and their Philox stream.
+
+The canonical document and its hash (``program_to_dict``, ``canonical_json``,
+``program_sha256``; SPEC §6) are written at the end of this file, beside the model, so that
+``Program.to_dict``, ``to_json`` and ``sha256`` need nothing above it; ``programs.format``
+(loading and validation) re-exports them.
 """
 
 from __future__ import annotations

@@ -142,3 +142,20 @@ def test_layer_of() -> None:
     assert names[layer_of("replayverify")] == "front"
     assert names[layer_of("replayverify.runs")] == "runs"
     assert layer_of("replayverify_other") is None
+
+
+@pytest.mark.parametrize(("old", "new", "names"), [
+    ("replayverify.verifier.executors", "replayverify.runs.executors",
+     ("ProcessPool", "DaskExecutor", "dask_executor", "time_limit", "TaskTimeout", "DaskError",
+      "parse_address", "HARD_GRACE")),
+    ("replayverify.verifier.executors", "replayverify.runs.fingerprint", ("source_fingerprint",)),
+    ("replayverify.verifier.journal", "replayverify.runs.journal",
+     ("open_journal", "prepare_dir", "check_dir", "Journal", "RunLock")),
+    ("replayverify.programs.format", "replayverify.programs.model",
+     ("program_to_dict", "program_to_json", "canonical_json", "program_sha256")),
+])
+def test_moved_names_keep_their_old_paths(old, new, names) -> None:
+    import importlib
+
+    was, now = importlib.import_module(old), importlib.import_module(new)
+    assert [getattr(was, n) is getattr(now, n) for n in names] == [True] * len(names)

@@ -50,8 +50,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replayverify.planner import OPTIONS, Card, parse_card, plan, policy_cost
-from replayverify.planner.dp import min_peak, policy_totals, solve
+from replayverify.planner.dp import min_peak, policy_totals
 from replayverify.planner.plan import card_costs
+from replayverify.planner.search import solve
 from replayverify.planner.synthetic import GiB, shaped_card
 
 

@@ -69,7 +69,8 @@ def _timed_suite(args, out: Path, workers: int = 1, executor=None) -> tuple[floa
 
 def dask_comparison(args) -> None:
     """Local processes and Dask on the same suite, 1 worker and N, in this one run."""
-    from replayverify.verifier.executors import dask_executor, parse_address, source_fingerprint
+    from replayverify.runs.executors import dask_executor, parse_address
+    from replayverify.runs.fingerprint import source_fingerprint
 
     where, n = parse_address(args.dask)
     batches = [int(b) for b in args.dask_batch.split(",")]

@@ -305,6 +305,11 @@ EXTRA_FAMILIES: dict[str, Builder] = {
 HIDDEN_FAMILIES = ("hidden-strided", "hidden-overlap")
 
 
+def extra_row(row: str, family: str) -> str:
+    """The table row of a record: the method's row, qualified by an extra family."""
+    return row if family in FAMILIES else f"{row} [{family}]"
+
+
 def build_case(family: str, seed: int, dtype: str) -> Case:
     """The case of ``family`` for seed key ``seed`` in ``dtype``. ValueError if unknown."""
     builder = FAMILIES.get(family) or EXTRA_FAMILIES.get(family)

@@ -10,7 +10,8 @@ records come from running the frameworks, never from this table.
 
 from __future__ import annotations
 
-from replayverify.cohort.cases import FAMILIES
+from replayverify.cohort.cases import FAMILIES, extra_row
+from replayverify.cohort.expected_compiled import letter
 from replayverify.cohort.expected_stateful import expected_stateful
 
 LOCAL = ("local-strided", "local-overlap")
@@ -87,11 +88,6 @@ ENGINE_ROWS = tuple(f"replayverify {e}" for e in ("eager", "whole", "readset", "
                                                  "guarded"))
 
 
-def extra_row(row: str, family: str) -> str:
-    """The table row of a record: the method's row, qualified by an extra family."""
-    return row if family in PAPER_FAMILIES else f"{row} [{family}]"
-
-
 EXTRA: dict[str, dict[str, str]] = {
     **{extra_row(r, "in-segment-saved-overwrite"): {"in-segment-saved-overwrite": x}
        for r, x in _OVERWRITE.items()},
@@ -138,7 +134,5 @@ def expected_letter(row: str, family: str, version: str | None = None) -> str | 
     (``expected_compiled``, ``expected_stateful``): another version has no expectation."""
     got = EXPECTED.get(row, {}).get(family)
     if got is None:
-        from replayverify.cohort.expected_compiled import letter
-
         got = letter(row, family, version)
     return got or expected_stateful(row, family, version)

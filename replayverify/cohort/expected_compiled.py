@@ -11,7 +11,7 @@ it matches, are in docs/cohort.md ("Compiled recomputation and the wrappers").
 
 from __future__ import annotations
 
-from replayverify.cohort.expected import extra_row
+from replayverify.cohort.cases import extra_row
 
 PINNED = "2.13.0"  # torch, without the local build tag (2.13.0+cpu)
 

@@ -4,7 +4,7 @@ A task is one case through every method of one framework:
 ``"<framework>/<family>/<seed key>/<dtype>"``. ``task_ids(config)`` lists them in a
 fixed order, ``run_task(task_id, extra=...)`` runs one anywhere (a worker process, a
 Dask worker) and returns its records as plain dicts, and ``run_cohort`` maps them over
-an executor (``verifier/executors.py``: local processes or Dask) in task order, so the
+an executor (``runs/executors.py``: local processes or Dask) in task order, so the
 records do not depend on where they ran, appends each task's records to records.jsonl
 as it arrives (resumable, like the suite's), then writes summary.json and report.md.
 """
@@ -27,12 +27,13 @@ from replayverify.cohort.cases import (
     EXTRA_FAMILIES,
     FAMILIES,
     build_case,
+    extra_row,
 )
-from replayverify.cohort.expected import expected_letter, extra_row
+from replayverify.cohort.expected import expected_letter
 from replayverify.plugins import call, checked
+from replayverify.runs.executors import Executor, ProcessPool
+from replayverify.runs.journal import open_journal
 from replayverify.untrusted import dumps, one_line, shown
-from replayverify.verifier.executors import Executor, ProcessPool
-from replayverify.verifier.journal import open_journal
 
 TASK_LIMIT = 600.0  # default hard wall-clock limit per task (s): its worker is then killed
 MAX_KEYS = 10**12  # most seed keys of one cohort (the message says 10^12)
@@ -247,7 +248,7 @@ def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
     """Run (or with ``cfg.resume`` continue) the cohort; the summary.
 
     With ``cfg.out``, each task's records are appended to records.jsonl and flushed as
-    it arrives (``verifier/journal.py``, as the suite does), so an interrupted run
+    it arrives (``runs/journal.py``, as the suite does), so an interrupted run
     loses nothing it reported and ``resume`` reruns only the tasks not completely
     written; summary.json and report.md are then written from every record in the file,
     with a shrunk standalone reproducer per row and divergence kind under ``out/repro/``

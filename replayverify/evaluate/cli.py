@@ -90,8 +90,7 @@ def evaluate_command(
     on stderr). Exit status 0 when every semantic check passed, 1 otherwise, 2 for bad
     usage or an unavailable backend.
     """
-    from replayverify.gpu.backend import GpuUnavailable
-    from replayverify.verifier.journal import prepare_dir
+    from replayverify.runs.journal import prepare_dir
 
     processes = take_alias(processes, old_processes, "--processes", "--repeats")
     try:
@@ -107,7 +106,7 @@ def evaluate_command(
             cells=None if cells is None else [c.strip() for c in cells.split(",")],
             log=lambda m: click.echo(m, err=True),
         )
-    except (ValueError, GpuUnavailable, EvaluateError) as exc:
+    except (ValueError, EvaluateError) as exc:
         fail(f"evaluate: {exc}")
     failed = sum(s.get("semantic_fail", 0) for s in doc["summary"])
     click.echo(

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from replayverify.evaluate import calibrate as cal
+from replayverify.evaluate import segments as sg
 from replayverify.evaluate.workloads import Cell, make_step, result_bytes
-from replayverify.gpu import calibrate as cal
-from replayverify.gpu import segments as sg
-from replayverify.gpu.backend import is_cupy_module
+from replayverify.programs.arrays import is_cupy_module
 
 OPTIONS = sg.OPTIONS
 

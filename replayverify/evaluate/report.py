@@ -7,8 +7,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from replayverify.evaluate.run import LABELS, METHODS
-from replayverify.evaluate.workloads import ACTIVATION
+from replayverify.evaluate.workloads import ACTIVATION, LABELS, METHODS
 
 MiB = 1 << 20
 

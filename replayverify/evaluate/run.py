@@ -15,22 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from replayverify.evaluate.calibrate import array_module
+from replayverify.evaluate.report import markdown, plot
 from replayverify.evaluate.stats import paired_ratio
-from replayverify.evaluate.workloads import ACTIVATION, Cell, paper_cells
+from replayverify.evaluate.workloads import ACTIVATION, METHODS, Cell, paper_cells
 from replayverify.planner import parse_card, plan, policy_cost
+from replayverify.runs import fingerprint
 from replayverify.untrusted import dumps
 
-METHODS = ("eager", "whole", "regions", "state-agnostic", "eager/whole", "joint")
-LABELS = {
-    "eager": "Eager",
-    "whole": "Whole snapshots",
-    "regions": "Fixed regions",
-    "state-agnostic": "State-agnostic planner",
-    "eager/whole": "State-aware eager/whole",
-    "joint": "Joint planner",
-}
 DEFAULT_SCALE = 512
-SOURCES = ("evaluate", "gpu/segments.py", "gpu/journal.py", "gpu/calibrate.py", "planner")
+SOURCES = ("evaluate", "gpu/journal.py", "planner")
 
 
 class EvaluateError(Exception):
@@ -38,15 +32,8 @@ class EvaluateError(Exception):
 
 
 def source_sha256() -> str:
-    """sha256 over the source files that define the study (sorted paths and contents)."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for rel in SOURCES:
-        path = root / rel
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-        for f in files:
-            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()
+    """sha256 over the source files that define the study (:mod:`replayverify.runs.fingerprint`)."""
+    return fingerprint.source_sha256(SOURCES)
 
 
 # glibc's allocator keeps what a process frees (no trimming, a fixed mmap threshold of 32
@@ -150,8 +137,6 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run the study and write DIR/evaluate.json, DIR/report.md, DIR/resource-map.png and the
     cards (DIR/cards/<cell>.json). Returns the evaluate.json document."""
-    from replayverify.evaluate.report import markdown, plot
-
     say = log or (lambda _m: None)
     if scale < 1 or processes < 1 or warmups < 0 or steps < 1 or calibration_steps < 1:
         raise ValueError("scale, processes, steps and calibration steps must be >= 1, warmups >= 0")
@@ -161,9 +146,13 @@ def evaluate(
     if bad:
         raise ValueError(f"unknown cells {bad}; cells are {', '.join(known)}")
     chosen = [known[c].at(scale) for c in names]
-    from replayverify.gpu.backend import get_xp
+    if backend != "numpy":  # the backend's reason, before any process starts
+        from replayverify.gpu.backend import GpuUnavailable
 
-    get_xp(backend)  # GpuUnavailable, with the reason, before any process starts
+        try:
+            array_module(backend)
+        except GpuUnavailable as exc:
+            raise EvaluateError(str(exc)) from None
     out = Path(out_dir)
     (out / "cards").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

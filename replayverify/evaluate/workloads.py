@@ -1,4 +1,5 @@
-"""The evaluation's workloads: the activation-pressure step and the three calibration cells.
+"""The evaluation's workloads (the activation-pressure step and the three calibration cells)
+and the methods it compares.
 
 Every size is given at the published scale and divided by ``scale`` (:meth:`Cell.at`), so
 the same study runs on a laptop and, at ``scale=1``, on a GPU with enough memory.
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from replayverify.gpu import calibrate as cal
+from replayverify.evaluate import calibrate as cal
 from replayverify.gpu import journal as jr
 from replayverify.programs.arrays import to_host
 
@@ -21,6 +22,16 @@ MiB = 1 << 20
 ACTIVATION = "activation"
 CALIBRATION_WORKLOADS = cal.WORKLOADS
 QUEUE_ROW_BYTES = cal.ROW_BYTES["queue"]
+
+METHODS = ("eager", "whole", "regions", "state-agnostic", "eager/whole", "joint")
+LABELS = {
+    "eager": "Eager",
+    "whole": "Whole snapshots",
+    "regions": "Fixed regions",
+    "state-agnostic": "State-agnostic planner",
+    "eager/whole": "State-aware eager/whole",
+    "joint": "Joint planner",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +89,7 @@ def paper_cells() -> tuple[Cell, ...]:
 
 
 class ActivationStep:
-    """The activation-pressure step (a :class:`~replayverify.gpu.segments.SegmentedStep`).
+    """The activation-pressure step (a :class:`~replayverify.evaluate.segments.SegmentedStep`).
 
     State: a feature queue of 512-byte rows. Segment k reads the queue rows it is about to
     overwrite (the next ``f`` of the ring, as the calibration's queue workload) and forms
@@ -155,7 +166,7 @@ class ActivationStep:
 
 
 def calibration_step(xp: ModuleType, cell: Cell, dtype: Any = np.float32) -> Any:
-    """A calibration workload's cell (``gpu/calibrate.py``) as a segmented step, reset to its
+    """A calibration workload's cell (``evaluate/calibrate.py``) as a segmented step, reset to its
     initial state. Its backward values (the sums of each segment's pre-write rows) are the
     step's result."""
     sets = cal.write_sets(

@@ -1,11 +1,11 @@
-"""``replayverify gpu``: backend information and the cost calibration."""
+"""``replayverify gpu``: backend information and the cost calibration (which lives in
+:mod:`replayverify.evaluate.calibrate`)."""
 
 from __future__ import annotations
 
 import click
 
 from replayverify.cli_common import backend_option, fail, out_option
-from replayverify.gpu import backend
 
 
 @click.group("gpu")
@@ -19,10 +19,12 @@ def info() -> None:
 
     Writes no files. Exit status 0 either way.
     """
-    if backend.available():
-        from replayverify.gpu.calibrate import device
+    from replayverify.gpu import backend  # (on use: ``replayverify`` starts without it)
 
-        dev = device("cupy").describe()
+    if backend.available():
+        from replayverify.gpu.device import CupyDevice
+
+        dev = CupyDevice(backend.require_cupy()).describe()
         click.echo(f"GPU backend available: {dev['name']} (CuPy {dev['cupy']})")
     else:
         click.echo(f"GPU backend unavailable: {backend.unavailable_reason()}")
@@ -42,9 +44,11 @@ def calibrate_cmd(out_dir: str, quick: bool, backend_name: str) -> None:
     stderr) and prints each target's figure. Exit status 0, or 2 for bad usage or an
     unavailable GPU backend.
     """
+    from replayverify.gpu import backend
+
     if backend_name == "cupy" and not backend.available():
         fail(f"GPU backend unavailable: {backend.unavailable_reason()}")
-    from replayverify.gpu.calibrate import calibrate
+    from replayverify.evaluate.calibrate import calibrate
 
     doc = calibrate(
         out_dir, quick=quick, backend=backend_name, log=lambda msg: click.echo(msg, err=True)

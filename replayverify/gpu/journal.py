@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from replayverify.gpu.backend import is_cupy_array, is_cupy_module, to_numpy
+from replayverify.programs.arrays import is_cupy_array, is_cupy_module, to_host
 
 GRANULARITY = 4096
 VECTOR_BYTES = 16
@@ -78,7 +78,7 @@ def region_count(nbytes: int, granularity: int) -> int:
 
 def check_regions(regions: Any, n_regions: int) -> np.ndarray:
     """Validated region indices: a read-only int64 array, strictly increasing, in range."""
-    arr = to_numpy(regions)
+    arr = to_host(regions)
     if arr.ndim != 1:
         raise ValueError(f"region indices must be a 1-D array, got shape {arr.shape}")
     if arr.size == 0:
@@ -198,7 +198,7 @@ def changed_regions(
     flags = diff[: nfull * g].reshape(nfull, g).any(axis=1)
     if a.size % g:
         flags = xp.concatenate([flags, diff[nfull * g :].any().reshape(1)])
-    return to_numpy(xp.nonzero(flags)[0]).astype(np.int64)
+    return to_host(xp.nonzero(flags)[0]).astype(np.int64)
 
 
 @dataclass(slots=True)

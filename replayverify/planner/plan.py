@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from replayverify.planner.card import OPTIONS, Card, CardError
-from replayverify.planner.dp import Costs, frontier_dp, min_peak, policy_totals, solve
+from replayverify.planner.dp import Costs, frontier_dp, min_peak, policy_totals
+from replayverify.planner.search import solve
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,19 @@ values its derivative depends on. Where each op kind is defined:
 - ``verifier.forward_jacobian.TANGENT``: its tangent rule, derived independently of
   ``REVERSE`` on purpose (the forward Jacobian checks the reverse rules);
 - ``programs.philox``: the draws (``Draw``) and their Philox stream.
+
+The canonical document and its hash (``program_to_dict``, ``canonical_json``,
+``program_sha256``; SPEC §6) are written at the end of this file, beside the model, so that
+``Program.to_dict``, ``to_json`` and ``sha256`` need nothing above it; ``programs.format``
+(loading and validation) re-exports them.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
+import hashlib
+import json
 import math
 import weakref
 from collections.abc import Callable
@@ -323,20 +330,14 @@ class Program:
         return tuple(bounds)
 
     def to_dict(self) -> dict:
-        from replayverify.programs.format import program_to_dict
-
         return program_to_dict(self)
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        from replayverify.programs.format import program_to_json
-
         return program_to_json(self, indent=indent)
 
     @property
     def sha256(self) -> str:
         """SHA-256 of the canonical JSON, computed once per program object."""
-        from replayverify.programs.format import program_sha256
-
         return self.carried("sha256", program_sha256)
 
 
@@ -385,3 +386,166 @@ class PerProgram:
         hit = self._by.get(key)
         if hit is not None and hit[0] is ref:  # (not a later program's, given its id)
             del self._by[key]
+
+
+# ---------------------------------------------------------------- the canonical document
+# (SPEC §6; here, beside the model it writes, so that Program.to_dict, to_json and sha256
+# need no module above this one; programs.format re-exports these names and reads them)
+
+# Per op kind, its document fields in order: (field, conversion) for the views (None: the
+# name as is) and then the coefficients (int or float); a table read from OP_SPECS.
+_OP_FIELDS = {kind: tuple([(f, None) for f in spec.view_fields]
+                          + [(c.name, int if c.kind == "int" else float) for c in spec.coefs])
+              for kind, spec in OP_SPECS.items()}
+
+
+def program_to_dict(program: Program) -> dict:
+    """The canonical document: every default filled in (SPEC §6)."""
+    views = {v.name: v for v in program.views}
+    ops = []
+    for op in program.ops:
+        d: dict[str, Any] = {"op": op.kind.value}
+        for f, to in _OP_FIELDS[op.kind]:
+            d[f] = getattr(op, f) if to is None else to(getattr(op, f))
+        ops.append(d)
+    init = [{"view": e.view,
+             "values": list(map(int if views[e.view].dtype in INT_DTYPES else float, e.values))}
+            for e in program.init]
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": program.name,
+        "buffers": [{"name": b.name, "nbytes": b.nbytes} for b in program.buffers],
+        "views": [
+            {"name": v.name, "buffer": v.buffer, "dtype": v.dtype, "offset": v.offset,
+             "shape": list(v.shape), "strides": list(v.strides)}
+            for v in program.views
+        ],
+        "init": init,
+        "rng": {"key": list(program.rng.key), "counter": list(program.rng.counter)},
+        "ops": ops,
+        "segments": list(program.segments),
+        "inputs": list(program.inputs),
+        "loss": {"view": program.loss.view, "weights": list(map(float, program.loss.weights))},
+    }
+
+
+def program_to_json(program: Program, *, indent: int | None = 2) -> str:
+    """Readable JSON of the canonical document (keys in the order SPEC §2 shows)."""
+    return json.dumps(program_to_dict(program), indent=indent, allow_nan=False)
+
+
+def canonical_json(program: Program) -> str:
+    """Keys sorted, separators ``,`` and ``:``, defaults filled in (SPEC §6).
+
+    That is ``json.dumps`` of :func:`program_to_dict` (:func:`_canonical_json_of_dict`,
+    the definition). Every record names its program by this text's hash, so every checked
+    program asks for it once: it is written here directly from the program's fields
+    (``_canonical_text``), the same text without building the nested document and
+    sorting its keys. Where a field is not of a type this writer spells exactly as
+    ``json.dumps`` does, the definition writes the text (or raises what it raises).
+    """
+    text = _canonical_text(program)
+    return _canonical_json_of_dict(program) if text is None else text
+
+
+def _canonical_json_of_dict(program: Program) -> str:
+    # (check_circular=False: the document is a fresh tree, so there is no cycle to detect;
+    # the text is the same and the encoder keeps no registry of the containers it is in)
+    return json.dumps(program_to_dict(program), sort_keys=True, separators=(",", ":"),
+                      allow_nan=False, check_circular=False)
+
+
+# What json.dumps (separators "," and ":", ensure_ascii, sort_keys) writes, and so what
+# the writer below writes: an object as "{" + ",".join(key + ":" + value, keys sorted) +
+# "}", a list as "[" + ",".join(items) + "]", a str by ``encode_basestring_ascii`` (the
+# function json's encoder calls), an int (not a bool) and a finite float by their type's
+# __repr__; a non-finite float it refuses (ValueError).
+_string = json.encoder.encode_basestring_ascii
+
+
+def _op_text_table() -> dict[OpKind, tuple[str, tuple[tuple[str, Any], ...]]]:
+    """Per op kind, its canonical JSON with a hole per field (keys sorted; views as JSON
+    strings, %s; coefficients as numbers, %r) and each hole's (field, conversion): the
+    conversions are program_to_dict's (int or float), whose results %r writes as json
+    does."""
+    table = {}
+    for kind, fields in _OP_FIELDS.items():
+        holes = {f: (f, _string if to is None else to) for f, to in fields}
+        keys = sorted([*holes, "op"])
+        text = ",".join(_string(k) + ":" + (_string(kind.value).replace("%", "%%") if k == "op"
+                                            else "%s" if holes[k][1] is _string else "%r")
+                        for k in keys)
+        table[kind] = ("{" + text + "}", tuple(holes[k] for k in keys if k != "op"))
+    return table
+
+
+_OP_TEXT = _op_text_table()
+
+# A view's canonical JSON, by its number of dimensions (1 or 2, SPEC §2): names as JSON
+# strings, offset, shape and strides as ints (the writer checks that they are ints).
+_VIEW_TEXT = {d: '{"buffer":%s,"dtype":%s,"name":%s,"offset":%d,"shape":['
+                 + ",".join(["%d"] * d) + '],"strides":[' + ",".join(["%d"] * d) + "]}"
+              for d in (1, 2)}
+
+
+def _numbers(values: Any, kind: type) -> str:
+    """``values`` as json.dumps writes them once program_to_dict has converted them by
+    ``kind`` (int or float): ``kind.__repr__`` takes nothing but an int (a float) or a
+    subclass and writes the value's own repr; anything else raises TypeError, and the
+    definition writes the text. (A bool is an int: only init values and op coefficients
+    come here as ints, which program_to_dict converts with int() as well.)"""
+    return ",".join(map(kind.__repr__, values))
+
+
+def _canonical_text(program: Program) -> str | None:
+    """The canonical JSON written from the program's fields, every object's keys in sorted
+    order; None where a field is not what this writer spells exactly as json.dumps does:
+    a name that is not a string, a count or size that is not an int, a non-finite number
+    (json.dumps refuses it). Numbers go through program_to_dict's conversions first."""
+    ints = [b.nbytes for b in program.buffers]
+    for v in program.views:
+        ints += (v.offset, *v.shape, *v.strides)
+    ints += (*program.rng.key, *program.rng.counter, *program.segments)
+    if set(map(type, ints)) - {int}:  # (json.dumps writes a bool as true, refuses others)
+        return None
+    dtype = {v.name: v.dtype for v in program.views}
+    try:
+        buffers = [f'{{"name":{_string(b.name)},"nbytes":{b.nbytes!r}}}'
+                   for b in program.buffers]
+        init = [f'{{"values":[{_numbers(e.values, int if dtype[e.view] in INT_DTYPES else float)}'
+                f'],"view":{_string(e.view)}}}' for e in program.init]
+        # every op's template filled at once: one format call for all ops
+        texts = [_OP_TEXT[op.kind] for op in program.ops]
+        ops = ",".join([template for template, _ in texts]) % tuple(
+            [to(getattr(op, f)) for op, (_, holes) in zip(program.ops, texts) for f, to in holes])
+        views = [_VIEW_TEXT[len(v.shape)] % (_string(v.buffer), _string(v.dtype),
+                                             _string(v.name), v.offset, *v.shape, *v.strides)
+                 for v in program.views]
+        text = "".join([
+            '{"buffers":[', ",".join(buffers),
+            '],"format":', _string(FORMAT),
+            ',"init":[', ",".join(init),
+            '],"inputs":[', ",".join(map(_string, program.inputs)),
+            '],"loss":{"view":', _string(program.loss.view),
+            ',"weights":[', _numbers(program.loss.weights, float),
+            ']},"name":', _string(program.name),
+            ',"ops":[', ops,
+            '],"rng":{"counter":[', _numbers(program.rng.counter, int),
+            '],"key":[', _numbers(program.rng.key, int),
+            ']},"segments":[', _numbers(program.segments, int),
+            '],"version":', repr(VERSION),
+            ',"views":[', ",".join(views),
+            "]}",
+        ])
+    except (TypeError, KeyError):  # a name that is not a string, a number that is not an
+        return None  # int or float, a view that is not 1-D or 2-D (or strides for each)
+    # A non-finite float is written nan, inf or -inf here (json.dumps refuses it); those
+    # letters appear nowhere else but inside a name, where the definition gives the same text.
+    if "nan" in text or "inf" in text:
+        return None
+    return text
+
+
+def program_sha256(program: Program) -> str:
+    return hashlib.sha256(canonical_json(program).encode("utf-8")).hexdigest()

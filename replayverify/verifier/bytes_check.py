@@ -18,6 +18,8 @@ from replayverify.programs.interpreter import FORWARD, Execution, ForwardRule, e
 from replayverify.programs.model import OpKind, Program
 from replayverify.programs.philox import RngState
 from replayverify.programs.state import Snapshot, State
+from replayverify.verifier.compare import Verdict
+from replayverify.verifier.records import Outcome
 from replayverify.verifier.reference_run import ReferenceRun, reference_run
 
 
@@ -131,3 +133,11 @@ def check_bytes(ex: Execution, *, forward: dict[OpKind, ForwardRule] = FORWARD,
     compare("whole run", 0, len(program.ops), next(whole), ex.final)
     return BytesResult(total, tuple(failures), len(bounds) + 1)
 
+
+def reference_bytes_verdict(ex: Execution, run: ReferenceRun | None = None) -> Verdict:
+    """The ``bytes`` record of the reference (not of an engine: that is
+    ``engine_checks.bytes_verdict``): :func:`check_bytes` as a verdict."""
+    res = check_bytes(ex, run=run)
+    if res.exact:
+        return Verdict(Outcome.MATCH, 0.0, f"{res.comparisons} replays exact (bytes and generator)")
+    return Verdict(Outcome.DIVERGE, float(res.bytes_differing), "; ".join(res.failures))

@@ -21,10 +21,11 @@ from replayverify.programs.errstate import quiet
 from replayverify.programs.interpreter import Execution, execute, op_steps
 from replayverify.programs.model import OP_SPECS, PerProgram, Program
 from replayverify.programs.state import layouts
-from replayverify.verifier.bytes_check import check_bytes
+from replayverify.verifier.bytes_check import reference_bytes_verdict
 from replayverify.verifier.compare import Verdict, compare_gradients, error_verdict
 from replayverify.verifier.complex_step import complex_step
 from replayverify.verifier.controls import final_storage_control, wrong_rng_control
+from replayverify.verifier.engine_checks import engine_records
 from replayverify.verifier.forward_jacobian import (
     PRECISION,
     ForwardJacobian,
@@ -238,24 +239,6 @@ def extreme_magnitude(ex: Execution) -> str:
     return ""
 
 
-def bytes_verdict(ex: Execution, run: ReferenceRun | None = None) -> Verdict:
-    res = check_bytes(ex, run=run)
-    if res.exact:
-        return Verdict(Outcome.MATCH, 0.0, f"{res.comparisons} replays exact (bytes and generator)")
-    return Verdict(Outcome.DIVERGE, float(res.bytes_differing), "; ".join(res.failures))
-
-
-def _engine_records_fn() -> Callable | None:
-    """engine_checks.engine_records when that module exists (the engines are optional)."""
-    try:
-        from replayverify.verifier.engine_checks import engine_records
-    except ModuleNotFoundError as exc:
-        if exc.name == "replayverify.verifier.engine_checks":
-            return None
-        raise
-    return engine_records
-
-
 def _error(label: str, sha: str, check: Check | str, exc: BaseException,
            seconds: float = 0.0, engine: str = "") -> Record:
     return make_record(label, sha, check, error_verdict(exc), seconds, engine)
@@ -318,7 +301,7 @@ def check_execution(
     if Check.COMPLEX_STEP in wanted:
         run(Check.COMPLEX_STEP, lambda: complex_step_verdict(ex, reference))
     if Check.BYTES in wanted:
-        run(Check.BYTES, lambda: bytes_verdict(ex, reference()))
+        run(Check.BYTES, lambda: reference_bytes_verdict(ex, reference()))
     if Check.FINAL_STORAGE in wanted:
         run(Check.FINAL_STORAGE, lambda: final_storage_control(ex))
     if Check.WRONG_RNG in wanted:
@@ -328,25 +311,23 @@ def check_execution(
 
     engine_wanted = [c for c in ENGINE_CHECKS if c in wanted]
     if engine_wanted and (engines is None or len(engines) or mutants):
-        engine_records = _engine_records_fn()
-        if engine_records is not None:
-            t0 = time.perf_counter()
-            try:
-                reference = jacobian().gradient
-            except TooLarge:  # the engines are compared with the version graph instead
-                reference = None
-            except Exception as exc:  # the engines' gradient has no reference: say so
-                reference = None
-                records.append(_error(label, sha, Check.GRADIENT, exc, engine="*"))
-            try:
-                extra = {"mutants": True} if mutants else {}
-                got = engine_records(program, ex, reference, engines, label, **extra)
-            except Exception as exc:
-                records.append(_error(label, sha, Check.GRADIENT, exc, time.perf_counter() - t0,
-                                      engine="*"))
-            else:
-                records.extend(r for r in got if r.check in engine_wanted
-                               or r.check.startswith("mutant:"))
+        t0 = time.perf_counter()
+        try:
+            reference = jacobian().gradient
+        except TooLarge:  # the engines are compared with the version graph instead
+            reference = None
+        except Exception as exc:  # the engines' gradient has no reference: say so
+            reference = None
+            records.append(_error(label, sha, Check.GRADIENT, exc, engine="*"))
+        try:
+            extra = {"mutants": True} if mutants else {}
+            got = engine_records(program, ex, reference, engines, label, **extra)
+        except Exception as exc:
+            records.append(_error(label, sha, Check.GRADIENT, exc, time.perf_counter() - t0,
+                                  engine="*"))
+        else:
+            records.extend(r for r in got if r.check in engine_wanted
+                           or r.check.startswith("mutant:"))
     return records
 
 
@@ -388,7 +369,7 @@ def check_isolated(program: Program, *, timeout: float, program_id: str | None =
     record says so, and a worker still running ``HARD_GRACE`` s later (an engine that
     swallows the timeout, or hangs in C) or that ends its process (``os._exit``) is one
     ``error`` record ``lost: ...``; this process goes on either way."""
-    from replayverify.verifier import executors
+    from replayverify.runs import executors
 
     label, sha = program_label(program, program_id), program.sha256
 

@@ -43,7 +43,7 @@ from replayverify.untrusted import dumps, one_line
 def out_dir_or_exit(path: str, option: str = "--out", make: bool = False) -> None:
     """A directory for outputs that can be made writable (with ``make``: made), asked
     before any work; else one line and exit 2."""
-    from replayverify.verifier.journal import check_dir, prepare_dir
+    from replayverify.runs.journal import check_dir, prepare_dir
 
     try:
         (prepare_dir if make else check_dir)(Path(path), ValueError, option)
@@ -70,7 +70,7 @@ def _executor(dask: str | None, label: str, batch: int = 1):
     if dask is None:
         yield None
         return
-    from replayverify.verifier.executors import dask_executor
+    from replayverify.runs.executors import dask_executor
 
     with dask_executor(dask, label=label, batch=batch) as executor:
         yield executor
@@ -83,7 +83,7 @@ def run_streamed(run: Callable, *, total: int, unit: str, label: str, dask: str 
     Dask, then ``show(summary, out)`` and exit 0 if the summary's verdict is ``clean``,
     else 1. ``errors`` (and Dask's) end in one line and exit 2; Ctrl-C in one line saying
     how to resume and exit 130 (every finished task's records are in OUT/records.jsonl)."""
-    from replayverify.verifier.executors import DaskError
+    from replayverify.runs.executors import DaskError
 
     records = out / "records.jsonl"
     bar = progress(total, unit)

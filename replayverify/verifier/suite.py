@@ -7,7 +7,7 @@ parameters on its first line and, after each complete program, one appended line
 the byte lengths and sha256 digests of ``records.jsonl`` and ``programs.jsonl``;
 ``--resume`` proves both are this run's, truncates them to the last complete program
 and continues with the next (the mechanics, and the lock that keeps a second run out,
-are ``verifier/journal.py``'s, which the cohort shares). Program ids are made as they
+are ``runs/journal.py``'s, which the cohort shares). Program ids are made as they
 are needed and the summary is kept as counters (``report.SuiteTally``): the client's
 memory does not grow with the suite's length.
 """
@@ -31,12 +31,12 @@ from replayverify.programs.generate import FAMILIES, Generated, generate_with_at
 from replayverify.programs.interpreter import Execution, stale_operands
 from replayverify.programs.model import FLOAT_DTYPES, OP_SPECS, Program, View
 from replayverify.programs.state import layouts
+from replayverify.runs import executors
+from replayverify.runs.executors import Executor, ProcessPool, TaskTimeout, time_limit
+from replayverify.runs.journal import Journal, open_journal
 from replayverify.untrusted import dumps, shown
-from replayverify.verifier import executors
 from replayverify.verifier.compare import Verdict
 from replayverify.verifier.coverage import program_coverage
-from replayverify.verifier.executors import Executor, ProcessPool, TaskTimeout, time_limit
-from replayverify.verifier.journal import Journal, open_journal
 from replayverify.verifier.records import (
     Check,
     Outcome,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replayverify.gpu import calibrate as cal
+from replayverify.evaluate import calibrate as cal
 
 TINY = cal.Grid(
     buffers=(4 * cal.MIB,),

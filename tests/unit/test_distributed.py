@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from replayverify.cli import main
-from replayverify.verifier.executors import (
+from replayverify.runs.executors import (
     DaskError,
     DaskExecutor,
     TaskTimeout,

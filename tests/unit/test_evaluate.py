@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from replayverify.evaluate import calibrate as cal
 from replayverify.evaluate import measure, stats
+from replayverify.evaluate import segments as sg
 from replayverify.evaluate.workloads import ACTIVATION, Cell, make_step, result_bytes
-from replayverify.gpu import calibrate as cal
-from replayverify.gpu import segments as sg
 from replayverify.planner import parse_card, plan, policy_cost
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -381,3 +381,39 @@ def test_per_segment_fit_moves_cost_onto_the_segments_that_are_off() -> None:
     others = np.delete(scale, 3 + 1)
     assert np.all(np.abs(others - 1) < 0.35)
     assert report["error_after"]["max"] < report["error_before"]["max"]
+
+
+CUPY_SPECIFIC = ("replayverify.gpu.backend", "replayverify.gpu._kernels", "replayverify.gpu.device",
+                 "replayverify.gpu.philox", "replayverify.gpu.engines", "cupy")
+
+
+def test_a_numpy_study_imports_nothing_of_the_cupy_backend(tmp_path) -> None:
+    """``replayverify evaluate --backend numpy`` imports no CuPy-specific code: the command,
+    and what its measuring processes run (here in the same process, so that one look at
+    ``sys.modules`` covers both), load neither the backend's detection, its kernels and
+    device, nor CuPy. (The region journal's NumPy reference, ``gpu/journal.py``, is used.)"""
+    import subprocess
+    import sys
+
+    from tests.helpers import child_env
+
+    code = (
+        "import json, sys\n"
+        "from replayverify.evaluate import measure, run\n"
+        "run._spawn = lambda request: json.loads(json.dumps(measure.serve(request)))\n"
+        "from replayverify.cli import main\n"
+        "try:\n"
+        f"    main(['evaluate', '--out', {str(tmp_path / 'eval')!r}, '--backend', 'numpy',\n"
+        "          '--scale', '4096', '--processes', '1', '--warmups', '0', '--steps', '1',\n"
+        "          '--calibration-steps', '1', '--cells', 'large-sparse,queue'],\n"
+        "         standalone_mode=False)\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'cupy'\n"
+        f"                        or m in {CUPY_SPECIFIC!r})))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == []
+    assert (tmp_path / "eval" / "evaluate.json").exists()

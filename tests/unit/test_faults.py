@@ -57,7 +57,7 @@ def test_a_suite_in_process_with_an_exiting_engine_writes_its_summary(tmp_path):
 
 def test_an_engine_that_swallows_its_timeout_is_killed_and_loses_only_its_program(
         tmp_path, monkeypatch):
-    import replayverify.verifier.executors as executors
+    import replayverify.runs.executors as executors
     import replayverify.verifier.suite as suite_mod
 
     monkeypatch.setattr(executors, "HARD_GRACE", 0.5)
@@ -92,7 +92,7 @@ def test_check_and_replay_with_a_timeout_contain_an_engine_that_ends_the_process
 
 
 def test_check_with_a_timeout_kills_an_engine_that_swallows_it(monkeypatch):
-    import replayverify.verifier.executors as executors
+    import replayverify.runs.executors as executors
     from replayverify import check
     from replayverify.programs import load_program
     from replayverify.verifier.check import check_isolated

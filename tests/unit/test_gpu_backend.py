@@ -26,7 +26,7 @@ def test_detection_never_imports_cupy() -> None:
     code = (
         "import sys\n"
         "import replayverify.gpu as g, replayverify.gpu.journal, replayverify.gpu.philox\n"
-        "import replayverify.gpu.calibrate, replayverify.gpu.cli\n"
+        "import replayverify.gpu.device, replayverify.evaluate.calibrate, replayverify.gpu.cli\n"
         "g.installed()\n"
         "assert 'cupy' not in sys.modules, 'importing or detecting imported cupy'\n"
         "print('ok')\n"

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from replayverify.gpu import backend, report
-from replayverify.gpu import calibrate as cal
+from replayverify.evaluate import calibrate as cal
+from replayverify.evaluate import calibration_report as report
+from replayverify.gpu import backend
 from replayverify.gpu import journal as jr
 from replayverify.gpu.cli import gpu_group
 

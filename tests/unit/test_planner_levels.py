@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import replayverify.planner.dp as dp
+import replayverify.planner.search as search
 from replayverify.planner import OPTIONS, parse_card, plan, policy_cost
 from replayverify.planner.levels import best_combination
 from tests.unit.planner_cards import enumerate_policies, small_card
@@ -33,9 +34,9 @@ def _proportional(rng: np.random.Generator, n: int) -> object:
 
 def _force_levels(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every exact DP pass give up at once, so the levels method answers."""
-    monkeypatch.setattr(dp, "FRONTIER_LIMIT", 0)
-    monkeypatch.setattr(dp, "WORK_LIMIT", 0)
-    defaults = dp.solve.__kwdefaults__
+    monkeypatch.setattr(search, "FRONTIER_LIMIT", 0)
+    monkeypatch.setattr(search, "WORK_LIMIT", 0)
+    defaults = search.solve.__kwdefaults__
     monkeypatch.setitem(defaults, "limit", 0)
     monkeypatch.setitem(defaults, "work", 0)
 

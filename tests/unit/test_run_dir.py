@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from replayverify.verifier.journal import open_journal
+from replayverify.runs.journal import open_journal
 from replayverify.verifier.suite import SuiteConfig, SuiteError, run_suite
 from tests.helpers import ROOT, child_env, killed_at_exit, wait_written
 

@@ -71,7 +71,7 @@ def test_records_do_not_depend_on_worker_count(tmp_path):
 def test_local_workers_yield_in_task_order_and_a_crash_loses_only_its_task(batch):
     """A worker that dies takes no other task with it: the tasks of its batches run again,
     each alone, and only the one that kills its lone worker too becomes ``lost``."""
-    from replayverify.verifier.executors import ProcessPool
+    from replayverify.runs.executors import ProcessPool
     from tests.helpers import crash_or_raise
 
     tasks = [t for t in range(40) if t != 7]
@@ -82,7 +82,7 @@ def test_local_workers_yield_in_task_order_and_a_crash_loses_only_its_task(batch
 
 
 def test_a_task_that_raises_in_a_local_worker_raises_in_task_order():
-    from replayverify.verifier.executors import ProcessPool
+    from replayverify.runs.executors import ProcessPool
     from tests.helpers import crash_or_raise
 
     seen = []
@@ -132,7 +132,7 @@ Z = '"records_sha256": "' + "0" * 64 + '"'
     '{"journal": 3, "run": {"n": 1}}\n', '{"journal": 2, "run": 1}\n',
 ])
 def test_resume_refuses_a_damaged_progress_file_in_one_line(tmp_path, progress):
-    from replayverify.verifier.journal import open_journal
+    from replayverify.runs.journal import open_journal
 
     (tmp_path / "progress.jsonl").write_text(progress)
     with pytest.raises(SuiteError, match=r"^--resume: .*progress.jsonl is damaged; choose "

@@ -1,6 +1,6 @@
 """Per-segment preservation, executed for real on an array module: eager, whole, region.
 
-One implementation serves the calibration (``gpu/calibrate.py``: its eager, whole and region
+One implementation serves the calibration (``evaluate/calibrate.py``: its eager, whole and region
 methods are the uniform policies) and the evaluation of planned policies
 (``replayverify.evaluate``: any per-segment policy a planner emits).
 

@@ -155,7 +155,7 @@ def markdown(doc: dict[str, Any], plot_note: str) -> str:
     lines += [
         "",
         "Peak = maximum bytes allocated during a step above those allocated when it starts "
-        "(GiB); time = mean synchronized step time (ms). See `replayverify/gpu/calibrate.py` "
+        "(GiB); time = mean synchronized step time (ms). See `replayverify/evaluate/calibrate.py` "
         "for the workload model.",
         "",
         "| workload | MiB | write % | live | eager peak | whole peak | region peak "

@@ -26,7 +26,7 @@ its pre-write values. Methods:
   (``replayverify.gpu.journal``, the RawModule kernels on CuPy); backward undoes the journals
   in reverse order (reading each pre-state), then redoes them in order.
 
-These are the uniform policies of :func:`replayverify.gpu.segments.run_policy` (whole with
+These are the uniform policies of :func:`replayverify.evaluate.segments.run_policy` (whole with
 ``share_anchors``): the same per-segment mechanics that ``replayverify evaluate`` executes
 for planned, mixed policies.
 
@@ -40,12 +40,13 @@ extra instrumented step, the time spent preserving and recovering state. Device-
 bandwidth and journal save / restore / swap bandwidth are measured in the same run.
 
 The NumPy backend runs the same code on the CPU for smoke tests; its numbers are not GPU numbers.
-The report, targets and planner cards are written by ``replayverify.gpu.report``.
+The report, targets and planner cards are written by
+``replayverify.evaluate.calibration_report``. The CuPy device (CUDA events, a memory hook) is
+:class:`replayverify.gpu.device.CupyDevice`; everything else here is the backend's user.
 """
 
 from __future__ import annotations
 
-import gc
 import itertools
 import platform
 import time
@@ -60,10 +61,17 @@ from typing import Any
 
 import numpy as np
 
+from replayverify.evaluate import segments as sg
+from replayverify.evaluate.calibration_report import (
+    METHODS,
+    MIB,
+    markdown,
+    plot,
+    profile_card,
+    size_text,
+    targets,
+)
 from replayverify.gpu import journal as jr
-from replayverify.gpu import segments as sg
-from replayverify.gpu.backend import get_xp, is_cupy_module
-from replayverify.gpu.report import METHODS, MIB, markdown, plot, profile_card, size_text, targets
 from replayverify.untrusted import dumps
 
 WORKLOADS = ("queue", "prototype", "recurrence")
@@ -153,99 +161,25 @@ class _NumpyDevice:
         pass  # reference counting has already freed the arrays
 
 
-class _CupyDevice:
-    """CUDA events for time, a MemoryHook for allocated bytes, memcpy for copies."""
+def array_module(backend: str) -> ModuleType:
+    """The array module of ``backend`` ("numpy" or "cupy"; for "cupy" GpuUnavailable names
+    why it cannot run). "numpy" never imports the CuPy backend (:mod:`replayverify.gpu.backend`)."""
+    if backend == "numpy":
+        return np
+    from replayverify.gpu.backend import get_xp
 
-    max_reps = 200
-
-    def __init__(self, cp: ModuleType) -> None:
-        self.xp = cp
-        self.name = "cupy"
-        self.cp = cp
-
-        class PeakHook(cp.cuda.MemoryHook):
-            """Bytes taken from the pool minus bytes returned, and their maximum."""
-
-            name = "replayverify-calibrate-peak"
-
-            def __init__(self) -> None:
-                self.now = 0
-                self.top = 0
-
-            def malloc_postprocess(self, **kw: Any) -> None:
-                if kw.get("mem_ptr"):
-                    self.now += int(kw["mem_size"])
-                    self.top = max(self.top, self.now)
-
-            def free_postprocess(self, **kw: Any) -> None:
-                self.now -= int(kw["mem_size"])
-
-        self.hook = PeakHook()
-        self.tracking_depth = 0
-
-    def describe(self) -> dict[str, Any]:
-        cp = self.cp
-        dev = cp.cuda.Device()
-        props = cp.cuda.runtime.getDeviceProperties(dev.id)
-        name = props["name"]
-        return {
-            "backend": "cupy",
-            "name": name.decode() if isinstance(name, bytes) else str(name),
-            "device_id": dev.id,
-            "total_memory_bytes": int(props["totalGlobalMem"]),
-            "compute_capability": f"{props['major']}.{props['minor']}",
-            "cupy": cp.__version__,
-            "cuda_runtime": int(cp.cuda.runtime.runtimeGetVersion()),
-            "cuda_driver": int(cp.cuda.runtime.driverGetVersion()),
-        }
-
-    def sync(self) -> None:
-        self.cp.cuda.get_current_stream().synchronize()
-
-    def mark(self) -> Any:
-        ev = self.cp.cuda.Event()
-        ev.record()
-        return ev
-
-    def elapsed(self, a: Any, b: Any) -> float:
-        b.synchronize()
-        return self.cp.cuda.get_elapsed_time(a, b) / 1e3
-
-    @contextmanager
-    def tracking(self) -> Iterator[Any]:
-        if self.tracking_depth:  # nested: the hook is already installed
-            yield self
-            return
-        self.hook.now = self.hook.top = 0
-        self.tracking_depth = 1
-        try:
-            with self.hook:
-                yield self
-        finally:
-            self.tracking_depth = 0
-
-    def current(self) -> int:
-        return self.hook.now
-
-    def reset_peak(self) -> None:
-        self.hook.top = self.hook.now
-
-    def peak(self) -> int:
-        return self.hook.top
-
-    def copy(self, dst: Any, src: Any) -> None:
-        dst.data.copy_from_device_async(src.data, src.nbytes)
-
-    def release(self) -> None:
-        gc.collect()
-        self.sync()
-        self.cp.get_default_memory_pool().free_all_blocks()
+    return get_xp(backend)
 
 
-def device(backend: str) -> _NumpyDevice | _CupyDevice:
-    """The device of ``backend`` ("numpy" or "cupy"): clock, allocation tracking, copy."""
-    xp = get_xp(backend)  # raises GpuUnavailable with the reason
-    return _CupyDevice(xp) if is_cupy_module(xp) else _NumpyDevice()
+def device(backend: str) -> Any:
+    """The device of ``backend`` ("numpy" or "cupy"): clock, allocation tracking, copy.
+    CuPy's is :class:`replayverify.gpu.device.CupyDevice`."""
+    xp = array_module(backend)  # raises GpuUnavailable with the reason
+    if xp is np:
+        return _NumpyDevice()
+    from replayverify.gpu.device import CupyDevice
+
+    return CupyDevice(xp)
 
 
 # --- workloads ----------------------------------------------------------------------------------
@@ -332,7 +266,7 @@ def _use(xp: ModuleType, rows: Any, ws: WriteSet) -> Any:
 
 @dataclass(slots=True)
 class _Cell:
-    """One calibration cell as a :class:`~replayverify.gpu.segments.SegmentedStep`: segment k
+    """One calibration cell as a :class:`~replayverify.evaluate.segments.SegmentedStep`: segment k
     reads the rows it is about to write (its backward use is their float64 sum) and writes
     them. Kept for backward by eager: the full pre-state; by replay: the sum itself."""
 
@@ -391,7 +325,7 @@ class _Cell:
         return grad
 
 
-# --- one step of each method: the uniform policies of replayverify.gpu.segments ----------------
+# --- one step of each method: the uniform policies of replayverify.evaluate.segments -----------
 
 def _step(method: str, dev: Any, cell: _Cell, phase: sg.Phase) -> list[Any]:
     """One step of ``cell`` with every segment preserved by ``method``; a whole method keeps

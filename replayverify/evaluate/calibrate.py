@@ -26,7 +26,7 @@ its pre-write values. Methods:
   (``replayverify.gpu.journal``, the RawModule kernels on CuPy); backward undoes the journals
   in reverse order (reading each pre-state), then redoes them in order.
 
-These are the uniform policies of :func:`replayverify.evaluate.segments.run_policy` (whole with
+These are the uniform policies of :func:`replayverify.evaluate.segments.run_segmented` (whole with
 ``share_anchors``): the same per-segment mechanics that ``replayverify evaluate`` executes
 for planned, mixed policies.
 
@@ -331,7 +331,7 @@ def _step(method: str, dev: Any, cell: _Cell, phase: sg.Phase) -> list[Any]:
     """One step of ``cell`` with every segment preserved by ``method``; a whole method keeps
     one anchor for the whole run of segments (replayed once, in order, in backward)."""
     policy = (method,) * cell.versions
-    return sg.run_policy(cell, policy, copy=dev.copy, phase=phase, share_anchors=True)
+    return sg.run_segmented(cell, policy, copy=dev.copy, phase=phase, share_anchors=True)
 
 
 STEPS = {m: partial(_step, m) for m in METHODS}

@@ -26,11 +26,11 @@ OPTIONS = sg.OPTIONS
 
 def execute(dev: Any, step: Any, policy: tuple[str, ...], share: bool, **kw: Any) -> Any:
     """One step of ``step`` under ``policy`` on ``dev``."""
-    return sg.run_policy(step, policy, copy=dev.copy, share_anchors=share, **kw)
+    return sg.run_segmented(step, policy, copy=dev.copy, share_anchors=share, **kw)
 
 
 class Recorder:
-    """A phase callback for :func:`segments.run_policy`: per segment, seconds per phase, and
+    """A phase callback for :func:`segments.run_segmented`: per segment, seconds per phase, and
     the peak allocated bytes of its forward and of its backward interval."""
 
     def __init__(self, dev: Any, n: int):

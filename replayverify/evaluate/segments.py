@@ -121,7 +121,7 @@ def journalled(step: SegmentedStep, policy: Sequence[str]) -> list[bool]:
     return out
 
 
-def run_policy(
+def run_segmented(
     step: SegmentedStep,
     policy: Sequence[str],
     *,

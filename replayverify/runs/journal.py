@@ -94,7 +94,7 @@ class RunLock:
             self.fd = None
 
 
-class Journal:
+class RunJournal:
     """The output files of one run, opened for appending, its progress marks and its lock.
 
     ``files`` maps a progress key (``"records_bytes"``) to a file name
@@ -139,11 +139,15 @@ class Journal:
         self._progress.close()
         self._lock.release()
 
-    def __enter__(self) -> Journal:
+    def __enter__(self) -> RunJournal:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# The name before the run machinery moved (RunJournal: not the engines' undo journals).
+Journal = RunJournal
 
 
 def _count(value: object) -> bool:
@@ -262,7 +266,7 @@ def prepare_dir(out: Path, error: type[Exception], option: str = "--out") -> Non
 
 
 def open_journal(out: Path, meta: dict, files: dict[str, str], *, resume: bool, what: str,
-                 error: type[Exception] = ValueError, ends: tuple[str, ...] = ()) -> Journal:
+                 error: type[Exception] = ValueError, ends: tuple[str, ...] = ()) -> RunJournal:
     """Lock ``out`` and open it for a run with parameters ``meta``; with ``resume``, where
     it stopped.
 
@@ -288,7 +292,7 @@ def open_journal(out: Path, meta: dict, files: dict[str, str], *, resume: bool, 
 
 
 def _open(out: Path, meta: dict, files: dict[str, str], resume: bool, what: str,
-          error: type[Exception], lock: RunLock) -> Journal:
+          error: type[Exception], lock: RunLock) -> RunJournal:
     progress = out / PROGRESS
     sizes = _sizes(out, files, error)
     fresh = {key: hashlib.sha256() for key in files}
@@ -313,7 +317,7 @@ def _open(out: Path, meta: dict, files: dict[str, str], resume: bool, what: str,
             with open(out / name, "ab") as fh:
                 fh.truncate(last.get(key, 0))
         _write_atomic(progress, "".join(dumps(x) + "\n" for x in [header, *marks]))
-        return Journal(out, files, last["done"], lock, hashes)
+        return RunJournal(out, files, last["done"], lock, hashes)
     for key, name in files.items():
         if sizes[key]:
             path = out / name
@@ -333,4 +337,4 @@ def _open(out: Path, meta: dict, files: dict[str, str], resume: bool, what: str,
     for name in files.values():
         (out / name).write_bytes(b"")
     _write_atomic(progress, dumps({"journal": VERSION, "run": meta}) + "\n")
-    return Journal(out, files, 0, lock, fresh)
+    return RunJournal(out, files, 0, lock, fresh)

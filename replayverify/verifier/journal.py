@@ -6,6 +6,7 @@ from replayverify.runs.journal import (  # noqa: F401  (re-exported)
     PROGRESS,
     VERSION,
     Journal,
+    RunJournal,
     RunLock,
     check_dir,
     open_journal,

@@ -33,7 +33,7 @@ from replayverify.programs.model import FLOAT_DTYPES, OP_SPECS, Program, View
 from replayverify.programs.state import layouts
 from replayverify.runs import executors
 from replayverify.runs.executors import Executor, ProcessPool, TaskTimeout, time_limit
-from replayverify.runs.journal import Journal, open_journal
+from replayverify.runs.journal import RunJournal, open_journal
 from replayverify.untrusted import dumps, shown
 from replayverify.verifier.compare import Verdict
 from replayverify.verifier.coverage import program_coverage
@@ -317,7 +317,7 @@ SUITE_FILES = {"records_bytes": "records.jsonl", "stats_bytes": "programs.jsonl"
 SUITE_ENDS = ("summary.json", "report.md")
 
 
-def _prepare(cfg: SuiteConfig) -> tuple[Journal, SuiteTally]:
+def _prepare(cfg: SuiteConfig) -> tuple[RunJournal, SuiteTally]:
     """Open the output directory; on resume, truncated to the last complete program,
     whose records and statistics are read back into the run's tally, a line at a time."""
     meta = {"programs": cfg.programs, "seed": cfg.seed, "family": cfg.family,

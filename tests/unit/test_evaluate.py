@@ -63,7 +63,7 @@ def test_every_mechanic_restores_exactly(cell: Cell, dtype: str) -> None:
     for share in (False, True):
         for policy in policies:
             step = make_step(np, cell, dtype)
-            result = sg.run_policy(step, policy, copy=np.copyto, share_anchors=share)
+            result = sg.run_segmented(step, policy, copy=np.copyto, share_anchors=share)
             assert step.state.tobytes() == visible, (policy, share)
             got = result_bytes(np, step, result)
             reference = reference or got
@@ -83,10 +83,10 @@ def test_mechanics_on_a_device_array_module(cell: Cell) -> None:
     for share in (False, True):
         host = make_step(np, cell)
         want = result_bytes(
-            np, host, sg.run_policy(host, policy, copy=np.copyto, share_anchors=share)
+            np, host, sg.run_segmented(host, policy, copy=np.copyto, share_anchors=share)
         )
         dev = make_step(fd, cell)
-        got = result_bytes(fd, dev, sg.run_policy(dev, policy, copy=copy, share_anchors=share))
+        got = result_bytes(fd, dev, sg.run_segmented(dev, policy, copy=copy, share_anchors=share))
         assert got == want
 
 
@@ -113,9 +113,9 @@ def test_dense_region_segment_journals_later_overlapping_writes() -> None:
 def test_bad_policies_are_refused() -> None:
     step = make_step(np, _activation(0.05))
     with pytest.raises(ValueError, match="5 segments"):
-        sg.run_policy(step, ("eager",), copy=np.copyto)
+        sg.run_segmented(step, ("eager",), copy=np.copyto)
     with pytest.raises(ValueError, match="unknown options"):
-        sg.run_policy(step, ("eager",) * 4 + ("readset",), copy=np.copyto)
+        sg.run_segmented(step, ("eager",) * 4 + ("readset",), copy=np.copyto)
 
 
 def test_executed_peak_equals_the_card_prediction() -> None:
@@ -191,7 +191,7 @@ def test_executed_peak_above_start_equals_the_byte_formula() -> None:
                     continue
                 step = make_step(np, cell)
                 tally = sg.Tally()
-                sg.run_policy(
+                sg.run_segmented(
                     step,
                     (option,) * cell.segments,
                     copy=np.copyto,

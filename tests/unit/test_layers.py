@@ -147,7 +147,7 @@ def test_layer_of() -> None:
       "parse_address", "HARD_GRACE")),
     ("replayverify.verifier.executors", "replayverify.runs.fingerprint", ("source_fingerprint",)),
     ("replayverify.verifier.journal", "replayverify.runs.journal",
-     ("open_journal", "prepare_dir", "check_dir", "Journal", "RunLock")),
+     ("open_journal", "prepare_dir", "check_dir", "Journal", "RunJournal", "RunLock")),
     ("replayverify.programs.format", "replayverify.programs.model",
      ("program_to_dict", "program_to_json", "canonical_json", "program_sha256")),
 ])

@@ -267,3 +267,19 @@ def test_keras_jax_reproducer_shows_the_leaked_tracer(tmp_path, keras_jax):
     assert run.returncode == 1, run.stderr[-2000:]
     assert claimed(run) == [f"DIFFERS: raised {rec['exception']['type']}: "
                             f"{rec['exception']['message']}"]
+
+
+@needs_jax
+def test_a_jit_reproducer_of_a_matching_case_shows_nothing(tmp_path):
+    """The script makes its initial arrays outside jit, as the adapter does: built inside
+    it, a strided ref write into one crashes JAX's state discharge on a local case."""
+    adapter = registry.get("jax-state")
+    method = next(m for m in adapter.methods() if m.name == "ref-jit-checkpoint")
+    assert expected_letter(method.row, "local-strided") == "M"
+    script = tmp_path / "m.py"
+    script.write_text(adapter.reproducer(build_case("local-strided", 420000, "float32"),
+                                         method, {"row": method.row}))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert (run.returncode, claimed(run)) == (0, []), run.stdout + run.stderr[-2000:]

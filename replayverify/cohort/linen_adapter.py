@@ -76,7 +76,8 @@ class _LinenRun(_Run):
         super().__init__(jax, case, method)
         self.nn, self.variable = nn, Variable
         stats = {self.p.view(self.p.ops[k].dst).buffer for k in case.roles.untracked}
-        self.collection = {h: COLLECTIONS[h not in stats] for h in case.roles.hidden}
+        self.collection = {h: "batch_stats" if h in stats else "state"
+                           for h in case.roles.hidden}
         self.names = sorted(b for b in self.start if b not in self.collection)
         self.block: Any = None  # the block the ops run in (its variables and stream)
         self.drawn: list | None = None  # draw_tape: the draws, in program order

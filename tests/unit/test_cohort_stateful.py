@@ -18,6 +18,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -86,24 +88,48 @@ def test_isolated_child_answers_and_names_the_exceptions_it_raised():
     assert child.call("version")  # the same child, still serving
 
 
-@pytest.fixture(scope="module")
-def jax_state() -> dict[str, dict]:
-    return by_method(run_task("jax-state/hidden-strided/420000/float32"))
+# framework -> (the packages it needs, its one task, --extra)
+TASKS = {"jax-state": (("jax",), "jax-state/hidden-strided/420000/float32", False),
+         "jax-remat3": (("jax",), "jax-remat3/hidden-overlap/420000/float64", False),
+         "keras-torch": (("keras", "torch"), "keras-torch/running-stats/420000/float32", True),
+         "keras-jax": (("keras", "jax"), "keras-jax/hidden-strided/420000/float64", False)}
+# the reproducers run: name -> (framework, task, method); the tasks' own cases but one
+SCRIPTS = {"jax": ("jax-state", TASKS["jax-state"][1], "ref-checkpoint"),
+           "jax jit": ("jax-state", TASKS["jax-state"][1], "ref-jit-checkpoint"),
+           "jax jit local": ("jax-state", "jax-state/local-strided/420000/float32",
+                             "ref-jit-checkpoint"),
+           "remat3 jit": ("jax-remat3", TASKS["jax-remat3"][1], "ref-jit-checkpoint"),
+           "keras-torch": ("keras-torch", TASKS["keras-torch"][1], "remat-scope"),
+           "keras-jax": ("keras-jax", TASKS["keras-jax"][1], "remat")}
 
 
 @pytest.fixture(scope="module")
-def jax_remat3() -> dict[str, dict]:
-    return by_method(run_task("jax-remat3/hidden-overlap/420000/float64"))
+def jobs(tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """Every framework's task, the flax child and the reproducer scripts, started at once
+    on two threads (CI has two cores): each runs in a process of its own (an isolated
+    adapter's child, ``python -c``, the script), so two run side by side and the records
+    are what each would give alone. Only those whose packages are installed."""
+    with ThreadPoolExecutor(2) as pool:
+        out = {fw: pool.submit(run_task, task, extra=extra)
+               for fw, (needs, task, extra) in TASKS.items() if all(HAS[m] for m in needs)}
+        if HAS["flax"]:
+            out["flax"] = pool.submit(run_flax_child)
+        for name, (fw, task, method) in SCRIPTS.items():
+            if fw in out:
+                out[f"script {name}"] = pool.submit(
+                    run_reproducer, tmp_path_factory.mktemp("repro"), fw, task, method)
+        yield out
 
 
-@pytest.fixture(scope="module")
-def keras_torch() -> dict[str, dict]:
-    return by_method(run_task("keras-torch/running-stats/420000/float32", extra=True))
+def records_of(framework: str):
+    """A fixture: ``framework``'s task's records by method, each as its cell says."""
+    @pytest.fixture(scope="module")
+    def records(jobs) -> dict[str, dict]:
+        return by_method(jobs[framework].result())
+    return records
 
 
-@pytest.fixture(scope="module")
-def keras_jax() -> dict[str, dict]:
-    return by_method(run_task("keras-jax/hidden-strided/420000/float64"))
+jax_state, jax_remat3, keras_torch, keras_jax = map(records_of, TASKS)
 
 
 needs_jax = pytest.mark.skipif(not HAS["jax"], reason="jax not installed")
@@ -168,14 +194,18 @@ print(json.dumps(out))
 '''
 
 
-@pytest.fixture(scope="module")
-def flax_child() -> dict:
+def run_flax_child() -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
                                                         os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-c", FLAX_CHILD], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def flax_child(jobs) -> dict:
+    return jobs["flax"].result()
 
 
 @pytest.mark.skipif(not HAS["flax"], reason="flax not installed")
@@ -208,14 +238,27 @@ def test_flax_linen_without_flax_is_unsupported_with_the_hint(monkeypatch):
                for r in recs)
 
 
-def run_reproducer(tmp_path: Path, rec: dict) -> subprocess.CompletedProcess:
-    """The adapter's reproducer for ``rec``'s method on its task's case (the record a
-    fixture made, as the runner makes it, checked against its cell), run alone."""
-    adapter = registry.get(rec["framework"])
-    case = build_case(rec["family"], rec["seed"], rec["dtype"])
-    m = next(m for m in adapter.methods(True) if m.name == rec["method"])
-    assert LETTER[rec["outcome"]] == expected_letter(m.row, rec["family"])
-    text = adapter.reproducer(case, m, rec)
+def run_reproducer(tmp_path: Path, framework: str, task: str,
+                   method: str) -> subprocess.CompletedProcess:
+    """The adapter's reproducer for ``method`` on ``task``'s case, run alone."""
+    adapter = registry.get(framework)
+    _, fam, seed, dtype = task.split("/")
+    m = next(m for m in adapter.methods(True) if m.name == method)
+    return run_script(tmp_path, adapter.reproducer(build_case(fam, int(seed), dtype), m,
+                                                   {"row": m.row}))
+
+
+def reproduced(jobs: dict, name: str, rec: dict) -> subprocess.CompletedProcess:
+    """Script ``name``'s run, for ``rec`` (its task's record of the script's method, as
+    ``write_reproducers`` would write it: a D or an R, as its cell says)."""
+    fw, task, method = SCRIPTS[name]
+    assert (rec["framework"], rec["task"], rec["method"]) == (fw, task, method)
+    assert LETTER[rec["outcome"]] == expected_letter(rec["row"], rec["family"]) != "M"
+    return jobs[f"script {name}"].result()
+
+
+def run_script(tmp_path: Path, text: str | None) -> subprocess.CompletedProcess:
+    """A reproducer's text, run as a script without replayverify on the path."""
     assert text is not None and len(text.splitlines()) <= 40
     script = tmp_path / "repro.py"
     script.write_text(text)
@@ -228,11 +271,18 @@ def claimed(run: subprocess.CompletedProcess) -> list[str]:
     return [line for line in run.stdout.splitlines() if line.startswith("DIFFERS: ")]
 
 
+def shows_the_exception(run: subprocess.CompletedProcess, rec: dict) -> None:
+    """``rec`` (an R) reproduced standalone: exit 1, the record's exception its one line."""
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert claimed(run) == [f"DIFFERS: raised {rec['exception']['type']}: "
+                            f"{rec['exception']['message']}"]
+
+
 @needs_jax
 @pytest.mark.parametrize("method", ["ref-checkpoint", "ref-jit-checkpoint"])
-def test_jax_reproducer_shows_the_double_update(tmp_path, jax_state, method):
+def test_jax_reproducer_shows_the_double_update(jobs, jax_state, method):
     rec = jax_state[method]
-    run = run_reproducer(tmp_path, rec)
+    run = reproduced(jobs, "jax jit" if "jit" in method else "jax", rec)
     assert rec["outcome"] == "diverge" and run.returncode == 1, run.stderr[-2000:]
     lines = claimed(run)
     assert any(x.startswith("DIFFERS: gradient") for x in lines) == ("gradient" in
@@ -241,18 +291,15 @@ def test_jax_reproducer_shows_the_double_update(tmp_path, jax_state, method):
 
 
 @needs_jax
-def test_jax_remat3_jit_reproducer_shows_the_refusal(tmp_path, jax_remat3):
+def test_jax_remat3_jit_reproducer_shows_the_refusal(jobs, jax_remat3):
     rec = jax_remat3["ref-jit-checkpoint"]
-    run = run_reproducer(tmp_path, rec)
-    assert run.returncode == 1, run.stderr[-2000:]
-    assert claimed(run) == [f"DIFFERS: raised {rec['exception']['type']}: "
-                            f"{rec['exception']['message']}"]
+    shows_the_exception(reproduced(jobs, "remat3 jit", rec), rec)
 
 
 @needs_keras_torch
-def test_keras_torch_reproducer_shows_the_running_statistic(tmp_path, keras_torch):
+def test_keras_torch_reproducer_shows_the_running_statistic(jobs, keras_torch):
     rec = keras_torch["remat-scope"]
-    run = run_reproducer(tmp_path, rec)
+    run = reproduced(jobs, "keras-torch", rec)
     assert run.returncode == 1, run.stderr[-2000:]
     lines = claimed(run)
     assert "DIFFERS: buffer stat" in lines and "DIFFERS: generator state" in lines
@@ -261,25 +308,17 @@ def test_keras_torch_reproducer_shows_the_running_statistic(tmp_path, keras_torc
 
 
 @needs_keras_jax
-def test_keras_jax_reproducer_shows_the_leaked_tracer(tmp_path, keras_jax):
+def test_keras_jax_reproducer_shows_the_leaked_tracer(jobs, keras_jax):
     rec = keras_jax["remat"]
-    run = run_reproducer(tmp_path, rec)
-    assert run.returncode == 1, run.stderr[-2000:]
-    assert claimed(run) == [f"DIFFERS: raised {rec['exception']['type']}: "
-                            f"{rec['exception']['message']}"]
+    shows_the_exception(reproduced(jobs, "keras-jax", rec), rec)
 
 
 @needs_jax
-def test_a_jit_reproducer_of_a_matching_case_shows_nothing(tmp_path):
+def test_a_jit_reproducer_of_a_matching_case_shows_nothing(jobs):
     """The script makes its initial arrays outside jit, as the adapter does: built inside
     it, a strided ref write into one crashes JAX's state discharge on a local case."""
-    adapter = registry.get("jax-state")
-    method = next(m for m in adapter.methods() if m.name == "ref-jit-checkpoint")
-    assert expected_letter(method.row, "local-strided") == "M"
-    script = tmp_path / "m.py"
-    script.write_text(adapter.reproducer(build_case("local-strided", 420000, "float32"),
-                                         method, {"row": method.row}))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    fw, task, method = SCRIPTS["jax jit local"]
+    row = next(m.row for m in registry.get(fw).methods() if m.name == method)
+    assert expected_letter(row, task.split("/")[1]) == "M"
+    run = jobs["script jax jit local"].result()
     assert (run.returncode, claimed(run)) == (0, []), run.stdout + run.stderr[-2000:]

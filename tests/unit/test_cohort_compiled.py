@@ -52,8 +52,17 @@ def aot_eager_records():
     inherits this process's torch state). Each case is its own cold compile wherever it
     runs (the adapter resets Dynamo and refuses anything but one fresh compile)."""
     tasks = [f"torch-compile-aot-eager/{fam}/{KEY}/{dtype}" for fam, dtype in GRID]
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_one_thread) as pool:
         return dict(zip(GRID, pool.map(functools.partial(run_task, extra=True), tasks)))
+
+
+def _one_thread() -> None:
+    """A worker's torch on one thread: two workers on two cores, not four threads whose
+    idle ones spin (the cases are far below torch's parallel grain: the same kernels)."""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def test_the_grid_has_every_family_and_both_dtypes():

@@ -1,6 +1,7 @@
 """Expected cells of the stateful-recomputation rows (issue 26), as data.
 
-Frameworks ``jax-state``, ``jax-remat3``, ``flax``, ``keras-torch`` and ``keras-jax``
+Frameworks ``jax-state``, ``jax-remat3``, ``flax``, ``flax-linen``, ``keras-torch`` and
+``keras-jax``
 (docs/cohort.md, "Stateful recomputation APIs"). Pinned to the versions these rows were
 observed with on this project's CPU machine: jax/jaxlib 0.10.2, flax 0.12.8, keras 3.15.1
 (torch 2.13.0+cpu, jax 0.10.2). ``EXPECTED_STATEFUL[row][family]`` is the letter a
@@ -48,6 +49,8 @@ EXPECTED_STATEFUL: dict[str, dict[str, str]] = {
     "JAX jit checkpoint, prevent_cse=False": _all("M"),
     "flax NNX module": _all("M"),
     "flax nnx.remat": _all("M"),
+    "flax Linen module": _all("M"),
+    "flax nn.remat": _all("M"),
     "keras-torch layers": _all("M"),
     # torch.utils.checkpoint restores torch's generator, not the SeedGenerator variable:
     # the recomputation draws again (generator, gradient) and re-assigns hidden variables
@@ -93,6 +96,11 @@ BUG_CLASS_STATEFUL: dict[str, str] = {
         "NNX threads module state (Variables, BatchStat, the Rngs counter) through "
         "nnx.remat as explicit inputs and outputs: replay-safe by construction, the "
         "functional contrast to the torch rows."),
+    "flax nn.remat": (
+        "Linen's nn.remat lifts the module's scope: the mutable collections (batch_stats, "
+        "the other variables) go in and come out of the checkpointed function as values, "
+        "and make_rng derives each key from the scope path and a counter, so the "
+        "recomputation draws the same numbers: replay-safe by construction, as NNX."),
     "keras torch remat": (
         "Keras 3's remat on torch is torch.utils.checkpoint(use_reentrant=False): the "
         "recomputation re-runs variable assigns (BatchNormalization's moving statistics) "

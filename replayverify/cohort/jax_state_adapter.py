@@ -275,12 +275,12 @@ class JaxRemat3Adapter(IsolatedAdapter):
 
 
 def _reproducer(case: Case, method: Method, remat3: bool) -> str | None:
-    """A script for the mutable-ref checkpoint methods without jit (the functional
-    policy rows match; a standalone jit script meets an error the adapter's run does not,
-    docs/cohort.md): ``ref-eager`` against the method."""
+    """A script for the mutable-ref checkpoint methods (the functional policy rows
+    match): the program without and with the checkpoint, both under jit for a jit
+    method (docs/cohort.md, "Reproducers")."""
     how = HOW[method.name]
-    if not (how.refs and how.checkpoint) or how.jit:
+    if not (how.refs and how.checkpoint):
         return None
     from replayverify.cohort.stateful_repro import jax_script
 
-    return jax_script(case, jit=False, policy=how.policy, remat3=remat3)
+    return jax_script(case, jit=how.jit, policy=how.policy, remat3=remat3)

@@ -21,6 +21,7 @@ BUILTIN = {
     "jax-state": "replayverify.cohort.jax_state_adapter:JaxStateAdapter",
     "jax-remat3": "replayverify.cohort.jax_state_adapter:JaxRemat3Adapter",
     "flax": "replayverify.cohort.flax_adapter:FlaxAdapter",
+    "flax-linen": "replayverify.cohort.linen_adapter:LinenAdapter",
     "keras-torch": "replayverify.cohort.keras_adapter:KerasTorchAdapter",
     "keras-jax": "replayverify.cohort.keras_adapter:KerasJaxAdapter",
 }

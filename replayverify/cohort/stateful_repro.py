@@ -79,19 +79,19 @@ def ops(ks, R, key):
             z = jax.lax.optimization_barrier(jax.random.normal(sub, (n,), DT) if kind == "noise" else (jax.random.uniform(sub, (n,), DT) < c["keep"]).astype(DT))
         val = {RULES}; R[sl(dst)[0]][sl(dst)[1]] = jax.lax.stop_gradient(val) if k in UNTRACKED else val
     return key
-def run(ckpt):
-    hid = {{h: jax.new_ref(jnp.asarray(BUFS[h], DT)) for h in HIDDEN}}
+def run(ckpt):  # the initial arrays made outside jit, as a model's are
+    B0 = {{b: jnp.asarray(v, DT) for b, v in BUFS.items()}}; hid = {{h: jax.new_ref(B0[h]) for h in HIDDEN}}
     def seg(vals, key):
         L = {{b: jax.new_ref(v) for b, v in vals.items()}}; L.update(hid); key = ops(range(*SEG), L, key); return {{b: L[b][...] for b in vals}}, key
     def prog(xs):
-        V = {{b: jnp.asarray(v, DT) for b, v in BUFS.items() if b not in HIDDEN}}
+        V = {{b: v for b, v in B0.items() if b not in HIDDEN}}
         for name, x in zip(INPUTS, xs): V[sl(name)[0]] = V[sl(name)[0]].at[sl(name)[1]].set(x)
         R = {{b: jax.new_ref(v) for b, v in V.items()}}; R.update(hid); key = ops(range(SEG[0]), R, jax.random.key(SEED))
         vals, key = (jax.checkpoint(seg, policy={pol}) if ckpt else seg)({{b: R[b][...] for b in V}}, key)
         for b, v in vals.items(): R[b][...] = v
         key = ops(range(SEG[1], len(OPS)), R, key); l = R[sl(LOSS[0])[0]][sl(LOSS[0])[1]].astype(jnp.float64)
         return jnp.sum(jnp.asarray(LOSS[1]) * l), ({{b: R[b][...] for b in V}}, jax.random.key_data(key))
-    xs = tuple(jnp.asarray(BUFS[sl(n)[0]], DT)[sl(n)[1]] for n in INPUTS)
+    xs = tuple(B0[sl(n)[0]][sl(n)[1]] for n in INPUTS)
     _, vjp, (bufs, key) = jax.vjp(jax.jit(prog) if {jit} else prog, xs, has_aux=True)
     return jnp.concatenate([v.reshape(-1) for v in vjp(jnp.float64(1.0))[0]] or [jnp.zeros(0)]), {{**bufs, **{{h: r[...] for h, r in hid.items()}}}}, key
 ''' + _COMPARE

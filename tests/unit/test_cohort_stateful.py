@@ -1,8 +1,13 @@
 """The stateful-recomputation cohort rows (issue 26): JAX mutable refs and remat policies,
-Flax NNX, Keras 3 on torch and JAX.
+Flax NNX and Linen, Keras 3 on torch and JAX.
 
 Frameworks run in child processes (``cohort/isolated.py``, or ``python -c`` for flax):
 this process stays free of JAX's threads, which would later fork (the suite tests).
+
+One task per framework, every method, exact cells (``by_method``): each is run once, in
+a module-scoped fixture, and its tests and the reproducer tests read its records (a
+reproducer is written from the task's own record, as ``write_reproducers`` does; only
+the script's own run is extra). Both flax frameworks run in one child process.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from replayverify.cohort import Method, Reference, build_case, observe, registry
+from replayverify.cohort import Method, build_case, registry
 from replayverify.cohort.adapter import Adapter
 from replayverify.cohort.expected import EXPECTED, expected_letter
 from replayverify.cohort.expected_stateful import EXPECTED_STATEFUL, expected_stateful
@@ -25,7 +32,7 @@ from replayverify.cohort.isolated import Isolated
 from replayverify.cohort.runner import run_task
 
 ROOT = Path(__file__).resolve().parents[2]
-NEW = ("jax-state", "jax-remat3", "flax", "keras-torch", "keras-jax")
+NEW = ("jax-state", "jax-remat3", "flax", "flax-linen", "keras-torch", "keras-jax")
 HAS = {m: importlib.util.find_spec(m) is not None for m in ("jax", "flax", "keras", "torch")}
 
 
@@ -81,28 +88,81 @@ def test_isolated_child_answers_and_names_the_exceptions_it_raised():
     assert child.call("version")  # the same child, still serving
 
 
-@pytest.mark.skipif(not HAS["jax"], reason="jax not installed")
-def test_jax_mutable_ref_checkpoint_diverges_on_a_generated_hidden_case():
-    recs = by_method(run_task("jax-state/hidden-strided/420000/float32"))
+# framework -> (the packages it needs, its one task, --extra)
+TASKS = {"jax-state": (("jax",), "jax-state/hidden-strided/420000/float32", False),
+         "jax-remat3": (("jax",), "jax-remat3/hidden-overlap/420000/float64", False),
+         "keras-torch": (("keras", "torch"), "keras-torch/running-stats/420000/float32", True),
+         "keras-jax": (("keras", "jax"), "keras-jax/hidden-strided/420000/float64", False)}
+# the reproducers run: name -> (framework, task, method); the tasks' own cases but one
+SCRIPTS = {"jax": ("jax-state", TASKS["jax-state"][1], "ref-checkpoint"),
+           "jax jit": ("jax-state", TASKS["jax-state"][1], "ref-jit-checkpoint"),
+           "jax jit local": ("jax-state", "jax-state/local-strided/420000/float32",
+                             "ref-jit-checkpoint"),
+           "remat3 jit": ("jax-remat3", TASKS["jax-remat3"][1], "ref-jit-checkpoint"),
+           "keras-torch": ("keras-torch", TASKS["keras-torch"][1], "remat-scope"),
+           "keras-jax": ("keras-jax", TASKS["keras-jax"][1], "remat")}
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """Every framework's task, the flax child and the reproducer scripts, started at once
+    on two threads (CI has two cores): each runs in a process of its own (an isolated
+    adapter's child, ``python -c``, the script), so two run side by side and the records
+    are what each would give alone. Only those whose packages are installed."""
+    with ThreadPoolExecutor(2) as pool:
+        out = {fw: pool.submit(run_task, task, extra=extra)
+               for fw, (needs, task, extra) in TASKS.items() if all(HAS[m] for m in needs)}
+        if HAS["flax"]:
+            out["flax"] = pool.submit(run_flax_child)
+        for name, (fw, task, method) in SCRIPTS.items():
+            if fw in out:
+                out[f"script {name}"] = pool.submit(
+                    run_reproducer, tmp_path_factory.mktemp("repro"), fw, task, method)
+        yield out
+
+
+def records_of(framework: str):
+    """A fixture: ``framework``'s task's records by method, each as its cell says."""
+    @pytest.fixture(scope="module")
+    def records(jobs) -> dict[str, dict]:
+        return by_method(jobs[framework].result())
+    return records
+
+
+jax_state, jax_remat3, keras_torch, keras_jax = map(records_of, TASKS)
+
+
+needs_jax = pytest.mark.skipif(not HAS["jax"], reason="jax not installed")
+needs_keras_torch = pytest.mark.skipif(not (HAS["keras"] and HAS["torch"]),
+                                       reason="keras or torch missing")
+needs_keras_jax = pytest.mark.skipif(not (HAS["keras"] and HAS["jax"]),
+                                     reason="keras or jax missing")
+
+
+@needs_jax
+def test_jax_mutable_ref_checkpoint_diverges_on_a_generated_hidden_case(jax_state):
+    recs = jax_state
     assert recs["ref-eager"]["outcome"] == "match"
-    ck = recs["ref-checkpoint"]
-    assert ck["outcome"] == "diverge" and ck["expected"] == "D"
-    assert ck["diverged"] == ["gradient", "buffer hid"]  # the update applied twice
+    for m in ("ref-checkpoint", "ref-jit-checkpoint"):
+        ck = recs[m]
+        assert ck["outcome"] == "diverge" and ck["expected"] == "D"
+        assert ck["diverged"] == ["gradient", "buffer hid"]  # the update applied twice
     assert recs["policy-names"]["outcome"] == "match"
     assert all(r["version"] == importlib.metadata.version("jax") for r in recs.values())
 
 
-@pytest.mark.skipif(not HAS["jax"], reason="jax not installed")
-def test_jax_remat3_refuses_a_closed_over_ref():
-    recs = by_method(run_task("jax-remat3/hidden-overlap/420000/float64"))
+@needs_jax
+def test_jax_remat3_refuses_a_closed_over_ref(jax_remat3):
+    recs = jax_remat3
     assert recs["ref-checkpoint"]["exception"]["type"] == "AssertionError"
+    assert recs["ref-jit-checkpoint"]["exception"]["type"] == "AttributeError"
     assert recs["policy-names"]["outcome"] == "match"
     assert recs["ref-checkpoint"]["row"].endswith(", JAX_REMAT3=1")
 
 
-@pytest.mark.skipif(not (HAS["keras"] and HAS["torch"]), reason="keras or torch missing")
-def test_keras_torch_remat_updates_the_running_statistic_again():
-    recs = by_method(run_task("keras-torch/running-stats/420000/float32", extra=True))
+@needs_keras_torch
+def test_keras_torch_remat_updates_the_running_statistic_again(keras_torch):
+    recs = keras_torch
     assert recs["layers"]["outcome"] == "match"
     for m in ("remat-scope", "remat"):
         assert recs[m]["outcome"] == "diverge" and "buffer stat" in recs[m]["diverged"]
@@ -110,71 +170,136 @@ def test_keras_torch_remat_updates_the_running_statistic_again():
     assert recs["layers"]["version"].startswith(importlib.metadata.version("keras"))
 
 
-@pytest.mark.skipif(not (HAS["keras"] and HAS["jax"]), reason="keras or jax missing")
-def test_keras_jax_remat_leaks_a_tracer():
-    recs = by_method(run_task("keras-jax/hidden-strided/420000/float64"))
+@needs_keras_jax
+def test_keras_jax_remat_leaks_a_tracer(keras_jax):
+    recs = keras_jax
     assert recs["layers"]["outcome"] == "match"
     assert recs["remat-scope"]["exception"]["type"] == "UnexpectedTracerError"
 
 
 FLAX_CHILD = r'''
 import json
+from replayverify.cohort import Reference, build_case, observe
+from replayverify.cohort.linen_adapter import METHODS, LinenAdapter
 from replayverify.cohort.runner import run_task
-print(json.dumps(run_task("flax/running-stats/420000/float64", extra=True)))
+from tests.cohort import cases as hand
+
+out = {fw: run_task(f"{fw}/running-stats/420000/float64", extra=True)
+       for fw in ("flax", "flax-linen")}
+out["flax-linen hidden"] = run_task("flax-linen/hidden-overlap/420000/float32")
+a, case = LinenAdapter(), hand.untracked_loss("hidden-strided")
+out["linen untracked"] = [observe(a, case, m, Reference.of(case, a.draw_tape(case)))
+                          for m in METHODS]
+print(json.dumps(out))
 '''
 
 
-@pytest.mark.skipif(not HAS["flax"], reason="flax not installed")
-def test_flax_nnx_remat_threads_its_state():
+def run_flax_child() -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
                                                         os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-c", FLAX_CHILD], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    recs = by_method(json.loads(run.stdout.splitlines()[-1]))
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def flax_child(jobs) -> dict:
+    return jobs["flax"].result()
+
+
+@pytest.mark.skipif(not HAS["flax"], reason="flax not installed")
+def test_flax_nnx_remat_threads_its_state(flax_child):
+    recs = by_method(flax_child["flax"])
     assert recs["nnx"]["outcome"] == recs["nnx-remat"]["outcome"] == "match"
 
 
-def run_reproducer(tmp_path: Path, framework: str, task: str, method: str,
-                   extra: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
-    """The adapter's reproducer for ``method`` on ``task``'s case, run alone (the method's
-    record made by the adapter, as the runner makes it, and checked against its cell)."""
+@pytest.mark.skipif(not HAS["flax"], reason="flax not installed")
+def test_flax_linen_remat_threads_its_collections_and_rng(flax_child):
+    for task in ("flax-linen", "flax-linen hidden"):
+        recs = by_method(flax_child[task])
+        assert recs["linen"]["outcome"] == recs["linen-remat"]["outcome"] == "match"
+        assert recs["linen-remat"]["row"].startswith("flax nn.remat")
+        assert recs["linen"]["version"] == registry.get("flax").version()
+    # the comparison sees a difference where there is one: a loss reading an untracked op
+    for rec in flax_child["linen untracked"]:
+        assert rec["outcome"] == "diverge" and rec["diverged"] == ["gradient"]
+
+
+def test_flax_linen_without_flax_is_unsupported_with_the_hint(monkeypatch):
+    from replayverify.cohort import flax_adapter
+
+    real = flax_adapter.importlib.util.find_spec
+    monkeypatch.setattr(flax_adapter.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "flax" else real(name, *a))
+    recs = run_task("flax-linen/hidden-strided/420000/float32")
+    assert [r["method"] for r in recs] == ["linen", "linen-remat"]
+    assert all(r["outcome"] == "unsupported" and r["detail"] == flax_adapter.HINT
+               for r in recs)
+
+
+def run_reproducer(tmp_path: Path, framework: str, task: str,
+                   method: str) -> subprocess.CompletedProcess:
+    """The adapter's reproducer for ``method`` on ``task``'s case, run alone."""
     adapter = registry.get(framework)
     _, fam, seed, dtype = task.split("/")
-    case = build_case(fam, int(seed), dtype)
-    m = next(m for m in adapter.methods(extra) if m.name == method)
-    rec = observe(adapter, case, m, Reference.of(case, adapter.draw_tape(case)))
-    assert LETTER[rec["outcome"]] == expected_letter(m.row, fam)
-    text = adapter.reproducer(case, m, rec)
+    m = next(m for m in adapter.methods(True) if m.name == method)
+    return run_script(tmp_path, adapter.reproducer(build_case(fam, int(seed), dtype), m,
+                                                   {"row": m.row}))
+
+
+def reproduced(jobs: dict, name: str, rec: dict) -> subprocess.CompletedProcess:
+    """Script ``name``'s run, for ``rec`` (its task's record of the script's method, as
+    ``write_reproducers`` would write it: a D or an R, as its cell says)."""
+    fw, task, method = SCRIPTS[name]
+    assert (rec["framework"], rec["task"], rec["method"]) == (fw, task, method)
+    assert LETTER[rec["outcome"]] == expected_letter(rec["row"], rec["family"]) != "M"
+    return jobs[f"script {name}"].result()
+
+
+def run_script(tmp_path: Path, text: str | None) -> subprocess.CompletedProcess:
+    """A reproducer's text, run as a script without replayverify on the path."""
     assert text is not None and len(text.splitlines()) <= 40
     script = tmp_path / "repro.py"
     script.write_text(text)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the framework only
-    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
-    return run, rec
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
 
 
 def claimed(run: subprocess.CompletedProcess) -> list[str]:
     return [line for line in run.stdout.splitlines() if line.startswith("DIFFERS: ")]
 
 
-@pytest.mark.skipif(not HAS["jax"], reason="jax not installed")
-def test_jax_reproducer_shows_the_double_update(tmp_path):
-    run, rec = run_reproducer(tmp_path, "jax-state", "jax-state/hidden-overlap/420001/float64",
-                              "ref-checkpoint")
+def shows_the_exception(run: subprocess.CompletedProcess, rec: dict) -> None:
+    """``rec`` (an R) reproduced standalone: exit 1, the record's exception its one line."""
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert claimed(run) == [f"DIFFERS: raised {rec['exception']['type']}: "
+                            f"{rec['exception']['message']}"]
+
+
+@needs_jax
+@pytest.mark.parametrize("method", ["ref-checkpoint", "ref-jit-checkpoint"])
+def test_jax_reproducer_shows_the_double_update(jobs, jax_state, method):
+    rec = jax_state[method]
+    run = reproduced(jobs, "jax jit" if "jit" in method else "jax", rec)
     assert rec["outcome"] == "diverge" and run.returncode == 1, run.stderr[-2000:]
     lines = claimed(run)
     assert any(x.startswith("DIFFERS: gradient") for x in lines) == ("gradient" in
                                                                      rec["diverged"])
-    assert "DIFFERS: buffer hid" in lines
+    assert "DIFFERS: buffer hid" in lines and len(lines) == len(rec["diverged"])
 
 
-@pytest.mark.skipif(not (HAS["keras"] and HAS["torch"]), reason="keras or torch missing")
-def test_keras_torch_reproducer_shows_the_running_statistic(tmp_path):
-    run, rec = run_reproducer(tmp_path, "keras-torch",
-                              "keras-torch/running-stats/420001/float32", "remat-scope",
-                              extra=True)
+@needs_jax
+def test_jax_remat3_jit_reproducer_shows_the_refusal(jobs, jax_remat3):
+    rec = jax_remat3["ref-jit-checkpoint"]
+    shows_the_exception(reproduced(jobs, "remat3 jit", rec), rec)
+
+
+@needs_keras_torch
+def test_keras_torch_reproducer_shows_the_running_statistic(jobs, keras_torch):
+    rec = keras_torch["remat-scope"]
+    run = reproduced(jobs, "keras-torch", rec)
     assert run.returncode == 1, run.stderr[-2000:]
     lines = claimed(run)
     assert "DIFFERS: buffer stat" in lines and "DIFFERS: generator state" in lines
@@ -182,10 +307,18 @@ def test_keras_torch_reproducer_shows_the_running_statistic(tmp_path):
                                                                      rec["diverged"])
 
 
-@pytest.mark.skipif(not (HAS["keras"] and HAS["jax"]), reason="keras or jax missing")
-def test_keras_jax_reproducer_shows_the_leaked_tracer(tmp_path):
-    run, rec = run_reproducer(tmp_path, "keras-jax", "keras-jax/local-strided/420001/float32",
-                              "remat")
-    assert run.returncode == 1, run.stderr[-2000:]
-    assert claimed(run) == [f"DIFFERS: raised {rec['exception']['type']}: "
-                            f"{rec['exception']['message']}"]
+@needs_keras_jax
+def test_keras_jax_reproducer_shows_the_leaked_tracer(jobs, keras_jax):
+    rec = keras_jax["remat"]
+    shows_the_exception(reproduced(jobs, "keras-jax", rec), rec)
+
+
+@needs_jax
+def test_a_jit_reproducer_of_a_matching_case_shows_nothing(jobs):
+    """The script makes its initial arrays outside jit, as the adapter does: built inside
+    it, a strided ref write into one crashes JAX's state discharge on a local case."""
+    fw, task, method = SCRIPTS["jax jit local"]
+    row = next(m.row for m in registry.get(fw).methods() if m.name == method)
+    assert expected_letter(row, task.split("/")[1]) == "M"
+    run = jobs["script jax jit local"].result()
+    assert (run.returncode, claimed(run)) == (0, []), run.stdout + run.stderr[-2000:]

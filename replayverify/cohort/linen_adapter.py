@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from replayverify.cohort.adapter import Method, Observation, Tape
+from replayverify.cohort.adapter import Method, Observation, DrawTape
 from replayverify.cohort.cases import Case
 from replayverify.cohort.flax_adapter import FlaxAdapter
 from replayverify.cohort.jax_adapter import _draw, _Run
@@ -50,7 +50,7 @@ class LinenAdapter(FlaxAdapter):
     def plain_method(self, method: Method) -> Method | None:
         return METHODS[0]
 
-    def draw_tape(self, case: Case) -> Tape:
+    def draw_tape(self, case: Case) -> DrawTape:
         import jax
 
         with jax.enable_x64(True):
@@ -58,7 +58,7 @@ class LinenAdapter(FlaxAdapter):
             run.drawn = []
             _loss, (_bufs, _final, key) = run.loss(run.inputs())
             ks = [k for k, op in enumerate(case.program.ops) if op.spec.draws]
-            return Tape({k: np.asarray(z).copy() for k, z in zip(ks, run.drawn)},
+            return DrawTape({k: np.asarray(z).copy() for k, z in zip(ks, run.drawn)},
                         np.asarray(key).tobytes())
 
     def run(self, case: Case, method: Method) -> Observation:

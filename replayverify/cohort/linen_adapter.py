@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from replayverify.cohort.adapter import Method, Observation, DrawTape
+from replayverify.cohort.adapter import DrawTape, Method, Observation
 from replayverify.cohort.cases import Case
 from replayverify.cohort.flax_adapter import FlaxAdapter
 from replayverify.cohort.jax_adapter import _draw, _Run

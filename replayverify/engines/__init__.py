@@ -17,6 +17,18 @@ from replayverify.engines.base import (
     Tape,
     run_strategies,
 )
+from replayverify.engines.preservation import (
+    POLICY_STRATEGIES,
+    Eager,
+    Guarded,
+    PolicyEngine,
+    ReadSet,
+    Region,
+    StrategyEngine,
+    Whole,
+    parse_policy,
+    run_policy,
+)
 from replayverify.engines.registry import (
     ENGINES,
     engine_names,
@@ -29,18 +41,6 @@ from replayverify.engines.registry import (
     unregister,
 )
 from replayverify.engines.runner import OpRunner, PlainRunner
-from replayverify.engines.strategies import (
-    POLICY_STRATEGIES,
-    Eager,
-    Guarded,
-    PolicyEngine,
-    ReadSet,
-    Region,
-    StrategyEngine,
-    Whole,
-    parse_policy,
-    run_policy,
-)
 
 __all__ = [
     "ENGINES",

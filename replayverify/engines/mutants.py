@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from replayverify.engines.base import Recovery, Tape, operand_bytes
-from replayverify.engines.strategies import (
+from replayverify.engines.preservation import (
     Eager,
     JournalEntry,
     ReadSet,

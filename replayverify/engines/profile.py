@@ -18,8 +18,8 @@ later writes they cover; ``check --policy`` verifies any plan built from the car
 
 from __future__ import annotations
 
+from replayverify.engines.preservation import run_policy
 from replayverify.engines.runner import OpRunner
-from replayverify.engines.strategies import run_policy
 from replayverify.programs.interpreter import execute
 from replayverify.programs.model import Program
 

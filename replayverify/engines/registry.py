@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from replayverify.engines import mutants as m
 from replayverify.engines.base import Engine
-from replayverify.engines.strategies import (
+from replayverify.engines.preservation import (
     Eager,
     Guarded,
     PolicyEngine,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replayverify.engines.base import INDEX_BYTES, Tape
-from replayverify.engines.strategies import JournalEntry, Region
+from replayverify.engines.preservation import JournalEntry, Region
 from replayverify.gpu import journal as jr
 from replayverify.programs.arrays import unique_ints
 from replayverify.programs.interpreter import OpValues

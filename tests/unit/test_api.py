@@ -12,7 +12,7 @@ import pytest
 
 import replayverify
 from replayverify.engines import StrategyEngine
-from replayverify.engines.strategies import ReadSet
+from replayverify.engines.preservation import ReadSet
 from replayverify.programs import execute
 from tests.helpers import program
 

@@ -174,8 +174,8 @@ def _host_draw(op, rng, n, dtype, xp=np, blocks=None):
 @pytest.mark.parametrize("bug", ["np.add.at in backward", "np.mod in a rule", "host draws"])
 def test_a_numpy_only_call_in_the_engine_path_raises(bug, monkeypatch):
     """The stand-in is what makes the tests above meaningful: a NumPy-only call raises."""
+    import replayverify.engines.preservation as strategies
     import replayverify.engines.runner as runner
-    import replayverify.engines.strategies as strategies
     import replayverify.programs.interpreter as interpreter
     from replayverify.programs.model import OpKind
 

@@ -150,6 +150,9 @@ def test_layer_of() -> None:
      ("open_journal", "prepare_dir", "check_dir", "Journal", "RunJournal", "RunLock")),
     ("replayverify.programs.format", "replayverify.programs.model",
      ("program_to_dict", "program_to_json", "canonical_json", "program_sha256")),
+    ("replayverify.engines.strategies", "replayverify.engines.preservation",
+     ("Eager", "Whole", "ReadSet", "Region", "Guarded", "StrategyEngine", "PolicyEngine",
+      "run_policy", "parse_policy", "POLICY_STRATEGIES")),
 ])
 def test_moved_names_keep_their_old_paths(old, new, names) -> None:
     import importlib

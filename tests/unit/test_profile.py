@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from replayverify.cli import main
+from replayverify.engines.preservation import run_policy
 from replayverify.engines.profile import profile_card
-from replayverify.engines.strategies import run_policy
 from replayverify.planner import parse_card, plan, policy_cost
 from replayverify.programs import generate, save_program
 

@@ -151,16 +151,16 @@ def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
     A framework that is missing gives ``unsupported`` records with the install hint;
     a framework exception is a ``rejected`` record; nothing raises for a framework.
     """
+    fw = parse_task(task_id)[0]
     adapter, case, methods, base = _plan(task_id, extra)
-    hint = _ask(base["framework"], "missing()", adapter.missing, kind=(str, type(None)))
+    hint = _ask(fw, "missing()", adapter.missing, kind=(str, type(None)))
     ref = None
     if hint is None:
         try:
             ref = Reference.of(case, call(adapter.draw_tape, case))
         except Exception as exc:  # the framework cannot even draw: nothing to compare
             hint = one_line(f"no reference: {type(exc).__name__}: {exc}")
-    version = "" if ref is None else _ask(base["framework"], "version()", adapter.version,
-                                          kind=str)
+    version = "" if ref is None else _ask(fw, "version()", adapter.version, kind=str)
     records = []
     for m in methods:
         if ref is None:
@@ -174,15 +174,21 @@ def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
 
 def _plan(task_id: str, extra: bool) -> tuple:
     """(adapter, case, the methods that apply to it, the fields every record of it has)."""
-    fw, fam, seed, dtype = parse_task(task_id)
+    fw = parse_task(task_id)[0]
     adapter = registry.get(fw)
-    case = build_case(fam, seed, dtype)
+    case, base = _base(task_id, adapter.name)
     methods = [m for m in _ask(fw, "methods()", adapter.methods, extra, kind=(tuple, list))
                if _ask(fw, "methods()", checked, m, Method, "a method", kind=Method)
                .applies(case)]
-    base = {"task": task_id, "case": case.id, "framework": adapter.name, "family": fam,
-            "seed": seed, "dtype": dtype, "sha256": case.program.sha256}
     return adapter, case, methods, base
+
+
+def _base(task_id: str, framework: str) -> tuple:
+    """(the task's case, the fields every record of the task has but the method's)."""
+    _, fam, seed, dtype = parse_task(task_id)
+    case = build_case(fam, seed, dtype)
+    return case, {"task": task_id, "case": case.id, "framework": framework, "family": fam,
+                  "seed": seed, "dtype": dtype, "sha256": case.program.sha256}
 
 
 def _head(base: dict, m: Method, version: str) -> dict:
@@ -237,7 +243,7 @@ def _lost(item: tuple[str, bool], reason: str) -> list[dict]:
 def _lost_records(detail: str, item: tuple[str, bool]) -> list[dict]:
     try:
         adapter, _, methods, base = _plan(*item)
-        version = _ask(base["framework"], "version()", adapter.version, kind=str)
+        version = _ask(parse_task(item[0])[0], "version()", adapter.version, kind=str)
     except Exception as exc:  # (CohortError) the adapter cannot say: one record for all
         return _unknown(detail, item, one_line(str(exc), 400))
     return [{**_head(base, m, version), **_empty("error", detail)} for m in methods]
@@ -245,14 +251,10 @@ def _lost_records(detail: str, item: tuple[str, bool]) -> list[dict]:
 
 def _unknown(detail: str, item: tuple[str, bool], why: str) -> list[dict]:
     """The one ``error`` record of a lost task whose methods are not known (``why``)."""
-    task_id = item[0]
-    fw, fam, seed, dtype = parse_task(task_id)
-    case = build_case(fam, seed, dtype)
-    base = {"task": task_id, "case": case.id, "framework": fw, "family": fam, "seed": seed,
-            "dtype": dtype, "sha256": case.program.sha256}
-    head = {**base, "version": "", "method": "?", "row": f"{fw} ?", "expected": None}
-    return [{**head, **_empty("error", one_line(f"{detail}; its methods unknown: {why}",
-                                                 400))}]
+    fw = parse_task(item[0])[0]
+    head = {"version": "", "method": "?", "row": f"{fw} ?", "expected": None}
+    why = one_line(f"{detail}; its methods unknown: {why}", 400)
+    return [{**_base(item[0], fw)[1], **head, **_empty("error", why)}]
 
 
 def run_tasks(cfg: CohortConfig, executor: Executor | None = None,

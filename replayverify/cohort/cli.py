@@ -32,9 +32,9 @@ from replayverify.verifier.cli import out_dir_or_exit, run_streamed
               help="Continue an interrupted run in --out (same --frameworks, --seeds, "
                    "--extra): tasks already written are not rerun; ends with the same files.")
 @timeout_option(600.0, "per task, hard (one case through every method of one framework; "
-                       "0: none): tasks run in worker processes, and one still running then "
-                       "is killed and stops the run in one line (the tasks before it are "
-                       "written: --resume continues).")
+                       "0: none): tasks run in worker processes; one still running then is "
+                       "killed, and a task that kills its worker (os._exit), or runs past "
+                       "it, is one error record per method ('lost: ...'); the run goes on.")
 @dask_option
 def cohort_command(frameworks: str, seeds: str, extra: bool, out_dir: str, workers: int,
                    resume: bool, timeout: float, dask: str | None, dask_batch: int) -> None:

@@ -82,7 +82,7 @@ def render_report(summary: dict, records: list[dict]) -> str:
         lines += ["", "## Unexpected records (first 20)", ""]
         for r in unexpected[:20]:
             lines.append(f"- {r['case']} {r['row']}: {r['outcome']} (expected "
-                         f"{r['expected']}) {r['diverged'] or r['exception'] or ''}")
+                         f"{r['expected']}) {r['diverged'] or r['exception'] or r['detail'] or ''}")
     if "reproducers" in summary:
         from replayverify.cohort.repro import render
 

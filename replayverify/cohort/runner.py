@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from replayverify.cohort import registry
@@ -36,6 +37,7 @@ from replayverify.runs.journal import open_journal
 from replayverify.untrusted import dumps, one_line, shown
 
 TASK_LIMIT = 600.0  # default hard wall-clock limit per task (s): its worker is then killed
+ASK_LIMIT = 60.0  # hard seconds to ask a lost task's adapter its methods (in a child)
 MAX_KEYS = 10**12  # most seed keys of one cohort (the message says 10^12)
 
 
@@ -149,15 +151,9 @@ def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
     A framework that is missing gives ``unsupported`` records with the install hint;
     a framework exception is a ``rejected`` record; nothing raises for a framework.
     """
-    fw, fam, seed, dtype = parse_task(task_id)
-    adapter = registry.get(fw)
-    case = build_case(fam, seed, dtype)
-    methods = [m for m in _ask(fw, "methods()", adapter.methods, extra, kind=(tuple, list))
-               if _ask(fw, "methods()", checked, m, Method, "a method", kind=Method)
-               .applies(case)]
+    fw = parse_task(task_id)[0]
+    adapter, case, methods, base = _plan(task_id, extra)
     hint = _ask(fw, "missing()", adapter.missing, kind=(str, type(None)))
-    base = {"task": task_id, "case": case.id, "framework": adapter.name, "family": fam,
-            "seed": seed, "dtype": dtype, "sha256": case.program.sha256}
     ref = None
     if hint is None:
         try:
@@ -167,18 +163,44 @@ def run_task(task_id: str, *, extra: bool = False) -> list[dict]:
     version = "" if ref is None else _ask(fw, "version()", adapter.version, kind=str)
     records = []
     for m in methods:
-        row = extra_row(m.row, fam)
-        head = {**base, "version": version, "method": m.name, "row": row,
-                "expected": _expected(m, row, fam, version)}
         if ref is None:
-            body = {"outcome": "unsupported", "diverged": [], "max_abs_err": None,
-                    "exception": None, "determinism_flagged": None, "detail": hint,
-                    "seconds": 0.0}
+            body = _empty("unsupported", hint)
         else:
             obs = observe(adapter, case, m, ref)
             body = {**obs, "detail": obs.get("detail", "")}
-        records.append({**head, **body})
+        records.append({**_head(base, m, version), **body})
     return records
+
+
+def _plan(task_id: str, extra: bool) -> tuple:
+    """(adapter, case, the methods that apply to it, the fields every record of it has)."""
+    fw = parse_task(task_id)[0]
+    adapter = registry.get(fw)
+    case, base = _base(task_id, adapter.name)
+    methods = [m for m in _ask(fw, "methods()", adapter.methods, extra, kind=(tuple, list))
+               if _ask(fw, "methods()", checked, m, Method, "a method", kind=Method)
+               .applies(case)]
+    return adapter, case, methods, base
+
+
+def _base(task_id: str, framework: str) -> tuple:
+    """(the task's case, the fields every record of the task has but the method's)."""
+    _, fam, seed, dtype = parse_task(task_id)
+    case = build_case(fam, seed, dtype)
+    return case, {"task": task_id, "case": case.id, "framework": framework, "family": fam,
+                  "seed": seed, "dtype": dtype, "sha256": case.program.sha256}
+
+
+def _head(base: dict, m: Method, version: str) -> dict:
+    row = extra_row(m.row, base["family"])
+    return {**base, "version": version, "method": m.name, "row": row,
+            "expected": _expected(m, row, base["family"], version)}
+
+
+def _empty(outcome: str, detail: str | None) -> dict:
+    """A record's body when the method did not run (``unsupported``, or a lost task)."""
+    return {"outcome": outcome, "diverged": [], "max_abs_err": None, "exception": None,
+            "determinism_flagged": None, "detail": detail, "seconds": 0.0}
 
 
 def _ask(fw: str, what: str, fn: Callable, *args: object, kind: type | tuple[type, ...]):
@@ -206,10 +228,33 @@ def _run_one(args: tuple[str, bool]) -> list[dict]:
 
 
 def _lost(item: tuple[str, bool], reason: str) -> list[dict]:
-    """A task every worker it was given to died on has no records to stand for it (the
-    records name the methods the framework would have run), so it stops the run."""
-    raise CohortError(f"cohort task {item[0]}: {reason}; the tasks before it are written "
-                      "(--resume continues with it)")
+    """The records of a task every worker it was given to died on (it ran past the hard
+    time limit, or ended its process): one ``error`` record per method the framework would
+    have run, ``detail`` "lost: <reason>", and the run goes on. The adapter's methods and
+    version are asked in a child process under a hard limit (plug-in code can hang or end
+    the client too); if that fails as well, one ``error`` record, method "?", stands for the
+    task."""
+    detail = one_line(f"lost: {reason}", 400)
+    pool = ProcessPool(1, limit=ASK_LIMIT)
+    return next(iter(pool.map(partial(_lost_records, detail), [item], name=lambda i: i[0],
+                              lost=partial(_unknown, detail))))
+
+
+def _lost_records(detail: str, item: tuple[str, bool]) -> list[dict]:
+    try:
+        adapter, _, methods, base = _plan(*item)
+        version = _ask(parse_task(item[0])[0], "version()", adapter.version, kind=str)
+    except Exception as exc:  # (CohortError) the adapter cannot say: one record for all
+        return _unknown(detail, item, one_line(str(exc), 400))
+    return [{**_head(base, m, version), **_empty("error", detail)} for m in methods]
+
+
+def _unknown(detail: str, item: tuple[str, bool], why: str) -> list[dict]:
+    """The one ``error`` record of a lost task whose methods are not known (``why``)."""
+    fw = parse_task(item[0])[0]
+    head = {"version": "", "method": "?", "row": f"{fw} ?", "expected": None}
+    why = one_line(f"{detail}; its methods unknown: {why}", 400)
+    return [{**_base(item[0], fw)[1], **head, **_empty("error", why)}]
 
 
 def run_tasks(cfg: CohortConfig, executor: Executor | None = None,

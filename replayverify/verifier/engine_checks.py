@@ -201,7 +201,9 @@ _TAKES_RUNNER: dict[Any, bool] = {}  # an engine class's ``run`` -> whether it t
 def takes_runner(engine: Engine) -> bool:
     """Whether ``engine.run`` has a ``runner`` parameter (the built-in engines' ``run``
     does; the :class:`Engine` protocol needs none)."""
-    fn = getattr(type(engine), "run", None)
+    # the answer is kept per class's ``run``; an instance's own ``run`` is asked each time
+    own = "run" in getattr(engine, "__dict__", {})
+    fn = None if own else getattr(type(engine), "run", None)
     hit = _TAKES_RUNNER.get(fn) if fn is not None else None
     if hit is None:
         try:
@@ -211,7 +213,7 @@ def takes_runner(engine: Engine) -> bool:
         runner = params.get("runner")
         hit = runner is not None and runner.kind in (inspect.Parameter.KEYWORD_ONLY,
                                                      inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        if fn is not None and "run" not in getattr(engine, "__dict__", {}):
+        if fn is not None:
             _TAKES_RUNNER[fn] = hit
     return hit
 

@@ -387,3 +387,28 @@ def test_the_engines_of_a_check_share_one_memo_and_user_engines_keep_their_proto
     assert [r.outcome for r in recs] == ["match"] * 6
     assert got[0] == ("bare", None)
     assert isinstance(got[1][1], Memo) and got[1][1] is got[2][1]
+
+
+def test_an_instance_run_of_the_bare_protocol_gets_no_runner():
+    """Whether an engine takes a runner is kept per class, so an instance whose own
+    ``run`` (an attribute) has the bare protocol is asked by itself, not answered by its
+    class's (which takes one)."""
+    from replayverify.verifier.engine_checks import takes_runner
+
+    class Taking:
+        name = "taking"
+
+        def run(self, program, *, admission=None, runner=None):
+            return engines.get("whole").run(program, admission=admission, runner=runner)
+
+    assert takes_runner(Taking())  # (the class's answer is now kept)
+    bare = Taking()
+    bare.run = lambda program, *, admission=None: engines.get("whole").run(
+        program, admission=admission)
+    assert not takes_runner(bare)
+    p = HAND["shift_up"]()
+    ex = execute(p)
+    from replayverify.verifier import engine_checks
+
+    recs = engine_checks.engine_records(p, ex, None, [bare])
+    assert [r.outcome for r in recs] == ["match"] * 2

@@ -321,3 +321,29 @@ def test_ctrl_c_gives_one_line_exit_130_and_a_directory_any_executor_resumes(ref
     run_suite(SuiteConfig(programs=24, seed=3, workers=1, out=out, resume=True,
                           engines=(registry.resolve(SLOW),)))  # and locally this time
     assert lines(out) == reference
+
+
+@needs_dask
+def test_a_cohort_task_whose_dask_workers_die_is_error_records_and_the_run_goes_on(
+        local2, tmp_path):
+    """A lost cohort task on Dask is what it is on local processes (tests/unit/test_faults):
+    one ``error`` record per method, ``lost: ...``, and the other tasks' records."""
+    from replayverify.cohort.runner import CohortConfig, run_cohort
+
+    scheduler = local2.client.cluster.scheduler
+    allowed = scheduler.allowed_failures
+    scheduler.allowed_failures = 0  # give up after one death (the nanny restarts the worker)
+    try:
+        summary = run_cohort(
+            CohortConfig(frameworks=("tests.unit.test_faults:OsExitOnOneToy",),
+                         seeds=(5, 6), workers=1, out=tmp_path),
+            executor=DaskExecutor(local2.client, label="cohort"))
+    finally:
+        scheduler.allowed_failures = allowed
+    recs = lines(tmp_path)
+    lost = [r for r in recs if r["case"] == "raw-copy/5/float64"]
+    assert [(r["method"], r["outcome"]) for r in lost] == [("replay", "error"), ("stale", "error")]
+    assert all(r["detail"].startswith("lost: every Dask worker that ran it died") for r in lost)
+    others = [r for r in recs if r["case"] != "raw-copy/5/float64"]
+    assert len(others) == 18 and {r["outcome"] for r in others} != {"error"}
+    assert summary["verdict"] == "unexpected" and summary["outcomes"]["error"] == 2

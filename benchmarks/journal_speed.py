@@ -15,6 +15,15 @@ bytes), ``undo`` and ``redo`` exchange ``J`` bytes of buffer and journal (each i
 against one copy of the ``2 J`` bytes it writes, as ``gpu calibrate`` counts a swap's
 bandwidth). The target is a ratio of at most 2. The load average is printed with the table:
 the machine is shared.
+
+``floor`` is a second baseline for the same operation: one ``np.copyto`` from a strided view
+of exactly the journal's bytes (basic slicing, no index arrays: the least work NumPy can do to
+read those addresses in that order), and ``save/floor`` the save's ratio to it. Scattered
+small regions touch a different cache line (and, 16 KiB apart, a different page) per region,
+so their floor is set by memory latency, not bandwidth: a ratio to one contiguous copy near 2
+is out of reach for any gather there, and ``save/floor`` says how far the journal is from the
+memory system's own cost for that pattern. The buffer is filled before timing, so reads see
+real pages, not the shared zero page a fresh ``np.zeros`` maps.
 """
 
 from __future__ import annotations
@@ -46,6 +55,20 @@ def _regions(pattern: str, granularity: int, count: int) -> np.ndarray | None:
     return (first[:, None] + np.arange(per_row, dtype=np.int64)).reshape(-1)
 
 
+def _floor_view(pattern: str, granularity: int, count: int, buf: np.ndarray) -> np.ndarray:
+    """A strided view of ``buf`` holding exactly the bytes ``_regions`` lists, in its order."""
+    g, n_regions = granularity, BUFFER // granularity
+    if pattern == "contiguous":
+        start = (n_regions // 3) * g
+        return buf[start:start + count * g]
+    if pattern == "isolated":
+        step = (n_regions // count) * g
+        return buf[: count * step].reshape(count, step)[:, :g]
+    rows = count // (KiB // g)
+    step = (n_regions // rows) * g
+    return buf[: rows * step].reshape(rows, step)[:, :KiB]
+
+
 def _time(fn, reps: int) -> float:
     t = time.perf_counter()
     for _ in range(reps):
@@ -61,9 +84,13 @@ def measure(
     regions = _regions(pattern, granularity, count)
     if regions is None:
         return None
-    buf = np.zeros(BUFFER, dtype=np.uint8)
+    buf = (np.arange(BUFFER, dtype=np.uint32) % 251).astype(np.uint8)  # real pages, distinct
     lay = jr.layout(BUFFER, regions, granularity)
     journal = jr.save(np, buf, lay)
+    view = _floor_view(pattern, granularity, count, buf)
+    floor_dst = np.empty(view.shape, dtype=np.uint8)
+    np.copyto(floor_dst, view)
+    assert np.array_equal(floor_dst.reshape(-1), journal.data), "floor view != journal bytes"
     src = np.ones(journal_bytes, dtype=np.uint8)
     dst = np.empty_like(src)
     reps = max(5, min(200, (64 * MiB) // journal_bytes))
@@ -78,13 +105,18 @@ def measure(
     }
     src2 = np.ones(2 * journal_bytes, dtype=np.uint8)
     dst2 = np.empty_like(src2)
-    ratios: dict[str, list[float]] = {op: [] for op in (*ops, "undo/redo written")}
+    ratios: dict[str, list[float]] = {op: [] for op in (*ops, "undo/redo written", "floor",
+                                                         "save/floor")}
     for _ in range(rounds):
         for op, (fn, per) in ops.items():
             fn()
             base = _time(lambda: np.copyto(dst, src), reps)
             t = _time(fn, reps) / per
             ratios[op].append(t / base)
+            if op == "save":
+                floor = _time(lambda: np.copyto(floor_dst, view), reps)
+                ratios["floor"].append(floor / base)
+                ratios["save/floor"].append(t / floor)
             if op == "undo/redo":  # an exchange writes 2 J bytes (buffer and journal)
                 ratios["undo/redo written"].append(t / _time(lambda: np.copyto(dst2, src2), reps))
     out = {op: statistics.median(r) for op, r in ratios.items()}
@@ -102,8 +134,9 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()}")
     print(
         f"{'pattern':<11} {'region':>7} {'journal':>8} {'regions':>7} "
-        f"{'copy us':>8} {'save':>6} {'undo/redo':>9} {'of 2J':>6}   (ratio to one np.copyto of J "
-        "bytes; of 2J: of the 2 J bytes an exchange writes)"
+        f"{'copy us':>8} {'save':>6} {'undo/redo':>9} {'of 2J':>6} {'floor':>6} {'save/floor':>10}"
+        "   (ratio to one np.copyto of J bytes; of 2J: of the 2 J bytes an exchange writes; "
+        "floor: one strided copy of the same bytes)"
     )
     for pattern in ("contiguous", "rows", "isolated"):
         for g in grans:
@@ -116,7 +149,7 @@ def main() -> None:
                 print(
                     f"{pattern:<11} {g:>7} {size // KiB:>6}Ki {size // g:>7} "
                     f"{r['copy_us']:>8.1f} {r['save']:>6.2f} {r['undo/redo']:>9.2f} "
-                    f"{r['undo/redo written']:>6.2f}"
+                    f"{r['undo/redo written']:>6.2f} {r['floor']:>6.2f} {r['save/floor']:>10.2f}"
                 )
     print(f"load average at end: {os.getloadavg()}")
 

@@ -298,11 +298,14 @@ class HostPlan:
     regions coalesce; the journal is compact, so a run is contiguous in both). Few runs:
     ``slices`` (buffer slice, journal slice) pairs. Many: ``unit`` bytes (the common divisor
     of every run's start and stop and of the buffer size) and ``index``, the buffer's units
-    in journal order, for ``np.take`` / ``np.put``-style fancy indexing on a void view."""
+    in journal order, for ``np.take`` / ``np.put``-style fancy indexing on a view as
+    ``void``, the ``unit``-byte void dtype (made once: making a dtype costs microseconds, as
+    much as a small journal's copy)."""
 
     slices: tuple[tuple[slice, slice], ...] | None
     unit: int
     index: np.ndarray | None
+    void: np.dtype | None = None
 
 
 def host_plan(lay: JournalLayout) -> HostPlan:
@@ -334,13 +337,13 @@ def host_plan(lay: JournalLayout) -> HostPlan:
         base = np.repeat(run_starts // unit - (np.cumsum(counts) - counts), counts)
         index = base + np.arange(int(counts.sum()), dtype=np.int64)
         index.flags.writeable = False
-        plan = HostPlan(None, unit, index)
+        plan = HostPlan(None, unit, index, np.dtype((np.void, unit)))
     lay._device["host"] = plan
     return plan
 
 
-def _units(b: np.ndarray, unit: int) -> np.ndarray:
-    return b.view(np.dtype((np.void, unit)))
+def _units(b: np.ndarray, plan: HostPlan) -> np.ndarray:
+    return b.view(plan.void)
 
 
 def _host_gather(b: np.ndarray, lay: JournalLayout, out: np.ndarray) -> None:
@@ -349,7 +352,7 @@ def _host_gather(b: np.ndarray, lay: JournalLayout, out: np.ndarray) -> None:
         for sb, sj in plan.slices:
             out[sj] = b[sb]
     else:  # indices were validated with the layout: clip never clips
-        np.take(_units(b, plan.unit), plan.index, out=_units(out, plan.unit), mode="clip")
+        np.take(_units(b, plan), plan.index, out=_units(out, plan), mode="clip")
 
 
 def _host_scatter(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
@@ -358,7 +361,7 @@ def _host_scatter(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
         for sb, sj in plan.slices:
             b[sb] = data[sj]
     else:
-        np.put(_units(b, plan.unit), plan.index, _units(data, plan.unit), mode="clip")
+        np.put(_units(b, plan), plan.index, _units(data, plan), mode="clip")
 
 
 def _host_swap(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:

@@ -241,7 +241,8 @@ def test_a_check_leaves_only_the_programs_layers_data_on_the_program():
     from replayverify.engines.plan import PER_PROGRAM
     from replayverify.verifier.check import check_program
 
-    programs_layer = {"blocks", "steps", "layouts", "initial", "sha256", "float_dtype"}
+    programs_layer = {"blocks", "steps", "layouts", "granules", "initial", "sha256",
+                      "float_dtype"}
     for family in ("derivative", "hazard", "default"):
         p = generate(4, 0, family=family)
         check_program(p, mutants=True)

@@ -873,9 +873,15 @@ def _sweep_ops(ex: Execution, adj: np.ndarray, start: int, stop: int,
 def _sweep_rest(ex: Execution,
                 operands: Callable[[OpValues], Operands] | None = None) -> np.ndarray:
     """dL/d(inputs): :func:`reverse_sweep`, continued from the part the two sweeps of an
-    execution share (``Execution._shared_sweep``: the ops from ``stop`` on)."""
+    execution share (``Execution._shared_sweep``: the ops from ``stop`` on). The shared
+    adjoints are copied only where this sweep goes on from them (nothing stale: it is
+    the whole sweep), and let go once both sweeps took what they need."""
     stop, tail = ex._shared_sweep
-    adj = tail.copy()
+    if "gradient" in ex.__dict__ or "hazard_gradient" in ex.__dict__:
+        del ex.__dict__["_shared_sweep"]  # (the other sweep is done: this one is the last)
+        adj = tail
+    else:
+        adj = tail.copy() if stop else tail
     _sweep_ops(ex, adj, 0, stop, REVERSE, operands)
     return adj[ex.input_vids].astype(np.float64)
 

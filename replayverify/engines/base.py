@@ -321,7 +321,9 @@ class Strategy:
             else:
                 rec = execute(program, k, state, d)
             held += operand_bytes(rec)
-            out.append(rec)
+            # (what the op wrote is in the state now: backward reads operands and draws
+            # only, so the record is held without it)
+            out.append(rec if rec.values is None else rec._replace(values=None))
         tape.borrow(held)
         tape.replayed_ops += b - a
         return out

@@ -384,8 +384,11 @@ class Region(Strategy):
             if j is None:
                 g = self.granularity or dst.dtype.itemsize
                 if g == dst.dtype.itemsize:  # the regions are the elements (their starts
-                    # are multiples of their size): each one itemsize-byte word
-                    idx, regions, width = dst.starts_in(tape.xp) // g, dst.size, g
+                    # are multiples of their size): each one itemsize-byte word (the
+                    # view's slots when its buffer's granule is the itemsize)
+                    idx = (dst.slots_in(tape.xp) if dst.granule == g
+                           else dst.starts_in(tape.xp) // g)
+                    regions, width = dst.size, g
                 else:
                     idx, regions = dst.regions(g, sizes[dst.view.buffer], tape.xp)
                     width = 1

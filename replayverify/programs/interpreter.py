@@ -292,10 +292,14 @@ def _run_step(program: Program, step: _Step, state: State, draws: Any,
     """``execute_op``'s work: (operands, draws, where, values) of the op run on ``state``."""
     operands = {}
     on_numpy = state.xp is np
-    if on_numpy:  # strided views over the buffers, flattened: fresh copies
+    if on_numpy:  # strided views over the buffers, flattened: fresh copies, one per view
+        # (a view read by two fields, as in mul(x, x), is one array: no rule writes it)
         typed = state.typed
+        last = None
         for f, lay in step.reads:
-            operands[f] = typed(lay).flatten()
+            if last is None or last[0] is not lay:
+                last = (lay, typed(lay).flatten())
+            operands[f] = last[1]
     else:
         for f, lay in step.reads:
             operands[f] = state.read_flat(lay)
@@ -782,8 +786,11 @@ def execute(program: Program, *, record_boundaries: bool = True,
 
     for k, step in enumerate(steps):
         read_vids, complete = {}, []
+        last = None  # (a view read by two fields, as in mul(x, x): resolved once)
         for f, src in step.sources:  # a float op's sources
-            vids, reason, whole = store.resolve(src, k, admission.supported)
+            if last is None or last[0] is not src:
+                last = (src, *store.resolve(src, k, admission.supported))
+            _, vids, reason, whole = last
             read_vids[f] = vids
             if whole:
                 complete.append(f)

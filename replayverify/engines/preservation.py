@@ -103,11 +103,12 @@ class ReadSetPlan(NamedTuple):
     several views; the others keep the same parts as they read them
     (:func:`_distinct_views`).
 
-    A buffer the op reads (retained fields) through one view is kept as that view's values:
-    exactly its bytes, since a view never overlaps itself. A buffer read through several
-    views is kept as the granules (``ViewLayout.cover``) at the sorted union of theirs,
-    each granule once, and each view is recovered from the positions of its granules
-    there: the same bytes as a union of byte indices, with one index per granule.
+    A buffer the op reads (retained fields) through one view, or through views in disjoint
+    byte ranges, is kept as those views' values: exactly its bytes read, since a view never
+    overlaps itself. A buffer read through views whose ranges meet is kept as the
+    granules (``ViewLayout.cover``) at the sorted union of theirs, each granule once, and
+    each view is recovered from the positions of its granules there: the same bytes as a
+    union of byte indices, with one index per granule.
     """
 
     views: tuple[ViewLayout, ...]  # kept as their values (parts 0..len(views)-1)
@@ -154,27 +155,36 @@ def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
     views: list[ViewLayout] = []
     unions: list[tuple[str, int, Any]] = []
     nbytes = 0
-    part = {}  # buffer -> the part that keeps it
-    for b, lays in per_buffer.items():
-        if len(lays) == 1:
-            part[b] = len(views)
-            views += lays.values()
-            nbytes += views[-1].size * views[-1].dtype.itemsize
+    part = {}  # view -> the part that keeps it
+    for lays in per_buffer.values():
+        if _apart(list(lays.values())):  # each view's values: its bytes, none twice
+            for name, lay in lays.items():
+                part[name] = len(views)
+                views.append(lay)
+                nbytes += lay.size * lay.dtype.itemsize
     positions = {}  # view -> where its bytes sit in its buffer's union
     for b, lays in per_buffer.items():
-        if len(lays) > 1:
+        if not _apart(list(lays.values())):
             granule = next(iter(lays.values())).granule  # (the buffer's)
             idx, pos = _union(list(lays.values()), tape.program.buffer(b).nbytes)
             positions.update(pos)
-            part[b] = len(views) + len(unions)
+            for name in lays:
+                part[name] = len(views) + len(unions)
             unions.append((b, granule, idx))
             nbytes += int(idx.size) * granule
     at = {}
     for f in fields:
         view = sources[f].view
-        p = part[view.buffer]
+        p = part[view.name]
         at[f] = (p, None if p < len(views) else positions[view.name])
     return ReadSetPlan(tuple(views), tuple(unions), at, nbytes, {})
+
+
+def _apart(lays: list[ViewLayout]) -> bool:
+    """Whether views of one buffer lie in disjoint byte ranges (from each one's first byte
+    to past its last): then no byte is in two of them."""
+    spans = sorted((lay.view.offset, lay.view.end) for lay in lays)
+    return all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
 
 
 def _union(lays: list[ViewLayout], nbytes: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:

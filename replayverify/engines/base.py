@@ -13,13 +13,14 @@ The start state, each op run and each segment's backward come from the run's
 verifier's check-scoped memo (``verifier.memo``) is a runner that reuses, across the
 engine runs of one check, what is the same for them byte for byte.
 
-The adjoint lives in storage, not in a version graph: one float64 slot per byte of
-each buffer, the adjoint of the float element that starts at that byte. Going back
-over an op, the adjoint of what it wrote is taken and every slot in the bytes it
-overwrote is cleared (earlier versions there are dead after the op), then the
-contributions are added to the slots of its sources. Derivative admission (SPEC §3)
-guarantees that every admitted float read sees one whole same-extent write, which is
-what makes this slot bookkeeping exact.
+The adjoint lives in storage, not in a version graph: one float64 slot per granule of
+each buffer (``state.granules``: the gcd of the offsets, strides and itemsizes of its
+views, so every element starts on a granule and covers whole ones), the adjoint of the
+float element that starts there. Going back over an op, the adjoint of what it wrote
+is taken and every slot in the granules it overwrote is cleared (earlier versions there
+are dead after the op), then the contributions are added to the slots of its sources.
+Derivative admission (SPEC §3) guarantees that every admitted float read sees one whole
+same-extent write, which is what makes this slot bookkeeping exact.
 
 Accounting (bytes, all engines alike): ``retained_bytes`` counts what the forward
 pass keeps for backward (copies of buffer bytes, recorded draws, 24 bytes per saved
@@ -320,7 +321,9 @@ class Strategy:
             else:
                 rec = execute(program, k, state, d)
             held += operand_bytes(rec)
-            out.append(rec)
+            # (what the op wrote is in the state now: backward reads operands and draws
+            # only, so the record is held without it)
+            out.append(rec if rec.values is None else rec._replace(values=None))
         tape.borrow(held)
         tape.replayed_ops += b - a
         return out
@@ -451,14 +454,14 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     if sweep is not None:
         adj = sweep.adj
         if xp is np:
-            parts = [adj[b][starts] for b, starts in plan.gradient_at]
+            parts = [adj[b][slots] for b, slots in plan.gradient_at]
             if len(parts) == 1:  # (a gather: already a fresh array)
                 gradient = parts[0]
             else:
                 gradient = np.concatenate(parts) if parts else np.empty(0, np.float64)
         else:
             lay = tape.lay
-            parts = [adj[lay[n].view.buffer][lay[n].starts_in(xp)] for n in program.inputs]
+            parts = [adj[lay[n].view.buffer][lay[n].slots_in(xp)] for n in program.inputs]
             gradient = to_host(xp.concatenate(parts)) if parts else np.empty(0, np.float64)
     result = EngineResult(
         engine=name, gradient=gradient, reason="" if admission.supported else admission.reason,

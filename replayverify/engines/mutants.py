@@ -50,7 +50,7 @@ class RegionUndoForwardOrder(Region):
 
     def undo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
         for e in entries:
-            state.buffers[e.buffer][e.index] = e.old
+            e.words(state.buffers)[e.index] = e.old
 
 
 class RegionMissingRedo(Region):

@@ -13,7 +13,7 @@ import numpy as np
 
 from replayverify.programs.interpreter import op_steps
 from replayverify.programs.model import Op, PerProgram, Program
-from replayverify.programs.state import ViewLayout, derive_byte_indices, layouts
+from replayverify.programs.state import ViewLayout, granules, layouts, slot_count
 
 # the engines layer's per-program data: the run plan, the read sets' and journals' plans
 PER_PROGRAM = PerProgram()
@@ -45,11 +45,12 @@ class RunPlan:
     nbytes: int
     ops: tuple[OpPlan, ...]
     loss_weights: np.ndarray  # float64, read-only
-    # NumPy: per buffer, the adjoint slots as backward starts them (the loss weights at the
-    # loss view's element starts, zeros elsewhere); read-only, each run takes copies
+    # NumPy: per buffer, the adjoint slots (one per granule, ``state.granules``) as
+    # backward starts them (the loss weights at the loss view's element slots, zeros
+    # elsewhere); read-only, each run takes copies
     adjoint: dict[str, np.ndarray]
     # the gradient's slots, in input order: per run of consecutive inputs in one buffer,
-    # (buffer, their element starts concatenated), so each run is one gather
+    # (buffer, their element slots concatenated), so each run is one gather
     gradient_at: tuple[tuple[str, np.ndarray], ...]
 
 
@@ -63,27 +64,26 @@ def _make_plan(program: Program) -> RunPlan:
     # from the interpreter's per-op layouts, derived once too
     ops = tuple([OpPlan(step.op, step.dst, step.reads, dict(step.reads), step.op.spec.partial,
                         step.dst.view.is_float, step.draws) for step in op_steps(program)])
-    # every engine run asks for the byte indices of every destination (backward clears the
-    # slots an op wrote, journals save its bytes): derived together, once
-    derive_byte_indices({op.dst.view.name: op.dst for op in ops}.values())
     weights = np.asarray(program.loss.weights, dtype=np.float64)
     weights.setflags(write=False)
     lay = layouts(program)
-    adjoint = {b.name: np.zeros(b.nbytes, dtype=np.float64) for b in program.buffers}
+    granule = granules(program)
+    adjoint = {b.name: np.zeros(slot_count(b.nbytes, granule[b.name]), dtype=np.float64)
+               for b in program.buffers}
     loss = lay[program.loss.view]
     if loss.view.is_float:  # the loss view's elements are distinct slots
-        adjoint[loss.view.buffer][loss.starts] += weights
+        adjoint[loss.view.buffer][loss.slots] += weights
     for a in adjoint.values():
         a.setflags(write=False)
     runs: list[tuple[str, list[np.ndarray]]] = []
     for name in program.inputs:
         at = lay[name]
         if runs and runs[-1][0] == at.view.buffer:
-            runs[-1][1].append(at.starts)
+            runs[-1][1].append(at.slots)
         else:
-            runs.append((at.view.buffer, [at.starts]))
-    gradient_at = tuple((b, starts[0] if len(starts) == 1 else np.concatenate(starts))
-                        for b, starts in runs)
+            runs.append((at.view.buffer, [at.slots]))
+    gradient_at = tuple((b, slots[0] if len(slots) == 1 else np.concatenate(slots))
+                        for b, slots in runs)
     return RunPlan(program.segment_bounds(), program.nbytes, ops, weights, adjoint, gradient_at)
 
 

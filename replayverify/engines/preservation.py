@@ -9,7 +9,7 @@ knows of reuse between runs.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -33,7 +33,7 @@ from replayverify.engines.runner import OpRunner
 from replayverify.programs.arrays import ranks, unique_ints
 from replayverify.programs.interpreter import Admission, OpValues, draw, philox_blocks
 from replayverify.programs.model import Op, Program
-from replayverify.programs.state import State, ViewLayout, derive_byte_indices
+from replayverify.programs.state import State, ViewLayout, as_words, slot_count
 from replayverify.untrusted import shown
 
 
@@ -103,19 +103,22 @@ class ReadSetPlan(NamedTuple):
     several views; the others keep the same parts as they read them
     (:func:`_distinct_views`).
 
-    A buffer the op reads (retained fields) through one view is kept as that view's values:
-    exactly its bytes, since a view never overlaps itself. A buffer read through several
-    views is kept as the bytes at the sorted union of their byte indices, each byte once,
-    and each view is recovered from the positions of its bytes there.
+    A buffer the op reads (retained fields) through one view, or through views in disjoint
+    byte ranges, is kept as those views' values: exactly its bytes read, since a view never
+    overlaps itself. A buffer read through views whose ranges meet is kept as the
+    granules (``ViewLayout.cover``) at the sorted union of theirs, each granule once, and
+    each view is recovered from the positions of its granules there: the same bytes as a
+    union of byte indices, with one index per granule.
     """
 
     views: tuple[ViewLayout, ...]  # kept as their values (parts 0..len(views)-1)
-    unions: tuple[tuple[str, Any], ...]  # (buffer, byte indices) kept as bytes (next parts)
-    at: dict[str, tuple[int, Any]]  # retained field -> (part, byte positions in a union)
+    # (buffer, granule, granule indices) kept as granule words (next parts)
+    unions: tuple[tuple[str, int, Any], ...]
+    at: dict[str, tuple[int, Any]]  # retained field -> (part, granule positions in a union)
     nbytes: int  # bytes of the values kept (the indices are the program's: not charged)
     on: dict[str, tuple[Any, Any]]  # the arrays above on other array modules, made once
 
-    def arrays(self, xp: ModuleType) -> tuple[tuple[tuple[str, Any], ...],
+    def arrays(self, xp: ModuleType) -> tuple[tuple[tuple[str, int, Any], ...],
                                               dict[str, tuple[int, Any]]]:
         """``unions`` and ``at`` with their arrays on ``xp``."""
         if xp is np:
@@ -123,7 +126,7 @@ class ReadSetPlan(NamedTuple):
         hit = self.on.get(xp.__name__)
         if hit is None:
             hit = self.on[xp.__name__] = (
-                tuple((b, xp.asarray(idx)) for b, idx in self.unions),
+                tuple((b, g, xp.asarray(idx)) for b, g, idx in self.unions),
                 {f: (part, None if pos is None else xp.asarray(pos))
                  for f, (part, pos) in self.at.items()})
         return hit
@@ -150,36 +153,45 @@ def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
         lay = sources[f]
         per_buffer.setdefault(lay.view.buffer, {})[lay.view.name] = lay
     views: list[ViewLayout] = []
-    unions: list[tuple[str, Any]] = []
+    unions: list[tuple[str, int, Any]] = []
     nbytes = 0
-    part = {}  # buffer -> the part that keeps it
-    for b, lays in per_buffer.items():
-        if len(lays) == 1:
-            part[b] = len(views)
-            views += lays.values()
-            nbytes += views[-1].size * views[-1].dtype.itemsize
+    part = {}  # view -> the part that keeps it
+    for lays in per_buffer.values():
+        if _apart(list(lays.values())):  # each view's values: its bytes, none twice
+            for name, lay in lays.items():
+                part[name] = len(views)
+                views.append(lay)
+                nbytes += lay.size * lay.dtype.itemsize
     positions = {}  # view -> where its bytes sit in its buffer's union
     for b, lays in per_buffer.items():
-        if len(lays) > 1:
+        if not _apart(list(lays.values())):
+            granule = next(iter(lays.values())).granule  # (the buffer's)
             idx, pos = _union(list(lays.values()), tape.program.buffer(b).nbytes)
             positions.update(pos)
-            part[b] = len(views) + len(unions)
-            unions.append((b, idx))
-            nbytes += int(idx.size)
+            for name in lays:
+                part[name] = len(views) + len(unions)
+            unions.append((b, granule, idx))
+            nbytes += int(idx.size) * granule
     at = {}
     for f in fields:
         view = sources[f].view
-        p = part[view.buffer]
+        p = part[view.name]
         at[f] = (p, None if p < len(views) else positions[view.name])
     return ReadSetPlan(tuple(views), tuple(unions), at, nbytes, {})
 
 
+def _apart(lays: list[ViewLayout]) -> bool:
+    """Whether views of one buffer lie in disjoint byte ranges (from each one's first byte
+    to past its last): then no byte is in two of them."""
+    spans = sorted((lay.view.offset, lay.view.end) for lay in lays)
+    return all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+
+
 def _union(lays: list[ViewLayout], nbytes: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The sorted distinct bytes of views of one buffer (of ``nbytes``) and, per view
-    name, the positions of its bytes among them (:func:`ranks`)."""
-    derive_byte_indices(lays)  # (together: these views' byte indices are asked here first)
-    indices = [lay.byte_index for lay in lays]
-    idx, at = ranks(np.concatenate(indices), nbytes)
+    """The sorted distinct granules of views of one buffer (of ``nbytes``) and, per view
+    name, the positions of its granules among them (:func:`ranks`)."""
+    indices = [lay.cover for lay in lays]
+    idx, at = ranks(np.concatenate(indices), slot_count(nbytes, lays[0].granule))
     bounds = itertools.accumulate([i.size for i in indices], initial=0)
     return idx, {lay.view.name: at[a:b]
                  for lay, (a, b) in zip(lays, itertools.pairwise(bounds))}
@@ -235,7 +247,7 @@ class ReadSet(Strategy):
             plan = readset_plan(tape, k, fields)
             unions, at = plan.arrays(tape.xp)
             kept = [state.read_flat(lay) for lay in plan.views]  # fresh copies
-            kept += [state.buffers[name][idx] for name, idx in unions]
+            kept += [as_words(state.buffers[name], g)[idx] for name, g, idx in unions]
             nbytes = plan.nbytes
         rng = state.rng if op.draws else None
         nbytes += RNG_BYTES if rng else 0
@@ -312,14 +324,19 @@ class JournalEntry(NamedTuple):
     like ``OpValues``: one is made per journalled op of every run.)"""
 
     buffer: str
-    index: Any  # byte indices of the journalled regions (region-major), an xp array
-    old: Any
-    new: Any
+    index: Any  # word indices of the journalled regions (region-major), an xp array
+    old: Any  # their words before the op
+    new: Any  # and after it
     regions: int
+    width: int = 1  # bytes per word: the buffer is seen as ``as_words(buffer, width)``
 
     @property
     def nbytes(self) -> int:
         return int(self.old.nbytes + self.new.nbytes) + INDEX_BYTES * self.regions
+
+    def words(self, buffers: Mapping[str, Any]) -> Any:
+        """The entry's buffer among ``buffers`` as the words ``index`` points at."""
+        return as_words(buffers[self.buffer], self.width)
 
 
 class JournalOp(NamedTuple):
@@ -327,12 +344,13 @@ class JournalOp(NamedTuple):
     array module (:meth:`Region.journal_plan`): the regions its destination view covers."""
 
     buffer: str
-    index: Any  # byte indices of those regions (region-major), an xp array
+    index: Any  # word indices of those regions (region-major), an xp array
     regions: int
     nbytes: int  # the entry's charge when the op writes all of them (old, new, indices)
     granularity: int
-    itemsize: int  # of the destination's elements: when it is the granularity, the
-    # regions are the elements, in element order (``ViewLayout.regions``)
+    # bytes per word of ``index``: the itemsize when the regions are the elements (the
+    # default granularity), in element order, one word each; else 1 (byte indices)
+    width: int
 
 
 class Region(Strategy):
@@ -375,10 +393,18 @@ class Region(Strategy):
             j = made.get(dst.view.name)
             if j is None:
                 g = self.granularity or dst.dtype.itemsize
-                idx, regions = dst.regions(g, sizes[dst.view.buffer], tape.xp)
+                if g == dst.dtype.itemsize:  # the regions are the elements (their starts
+                    # are multiples of their size): each one itemsize-byte word (the
+                    # view's slots when its buffer's granule is the itemsize)
+                    idx = (dst.slots_in(tape.xp) if dst.granule == g
+                           else dst.starts_in(tape.xp) // g)
+                    regions, width = dst.size, g
+                else:
+                    idx, regions = dst.regions(g, sizes[dst.view.buffer], tape.xp)
+                    width = 1
                 j = made[dst.view.name] = JournalOp(
-                    dst.view.buffer, idx, regions, 2 * int(idx.size) + INDEX_BYTES * regions, g,
-                    dst.dtype.itemsize)
+                    dst.view.buffer, idx, regions,
+                    2 * int(idx.size) * width + INDEX_BYTES * regions, g, width)
             out.append(j)
         return tuple(out)
 
@@ -387,26 +413,26 @@ class Region(Strategy):
         if plan is None:
             plan = tape.journal_plans[self.granularity] = self.journal_plan(tape)
         j = plan[k]
-        return j, state.buffers[j.buffer][j.index]  # old bytes of every region it may write
+        # the old words of every region it may write
+        return j, as_words(state.buffers[j.buffer], j.width)[j.index]
 
     def journal_close(self, tape: Tape, s: int, k: int, state: State, ev: OpValues,
                       pending: Any) -> None:
         if pending is None:
             return
         j, old = pending
-        buf = state.buffers[j.buffer]
+        buf = as_words(state.buffers[j.buffer], j.width)
         if ev.where is None:
-            entry = JournalEntry(j.buffer, j.index, old, buf[j.index], j.regions)
+            entry = JournalEntry(j.buffer, j.index, old, buf[j.index], j.regions, j.width)
             tape.keep(s, ("journal", k), entry, j.nbytes)
             return
         # a scatter: keep only the regions it actually wrote
         xp, g = tape.xp, j.granularity
-        if g == j.itemsize:  # the regions are the elements: those at the (ascending,
-            # distinct) written positions, the rows ``where`` of the element-major index
-            rows = (j.regions, g)
-            idx = j.index.reshape(rows)[ev.where].reshape(-1)
-            entry = JournalEntry(j.buffer, idx, old.reshape(rows)[ev.where].reshape(-1),
-                                 buf[idx], int(ev.where.size))
+        if j.width > 1:  # the regions are the elements, one word each: those at the
+            # (ascending, distinct) written positions
+            idx = j.index[ev.where]
+            entry = JournalEntry(j.buffer, idx, old[ev.where], buf[idx], int(ev.where.size),
+                                 j.width)
             tape.keep(s, ("journal", k), entry, entry.nbytes)
             return
         written = unique_ints(tape.plans[k].dst.bytes_of(ev.where, xp) // g)  # ids, sorted
@@ -437,13 +463,13 @@ class Region(Strategy):
 
     def undo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
         buffers = state.buffers
-        for buffer, index, old, _, _ in reversed(entries):
-            buffers[buffer][index] = old
+        for e in reversed(entries):
+            e.words(buffers)[e.index] = e.old
 
     def redo(self, tape: Tape, state: State, entries: Sequence[JournalEntry]) -> None:
         buffers = state.buffers
-        for buffer, index, _, new, _ in entries:
-            buffers[buffer][index] = new
+        for e in entries:
+            e.words(buffers)[e.index] = e.new
 
     def restore_rng(self, tape: Tape, s: int, state: State) -> None:
         state.rng = tape.data[("rng", s)]

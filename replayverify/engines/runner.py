@@ -39,7 +39,7 @@ from replayverify.programs.interpreter import (
     written_positions,
 )
 from replayverify.programs.model import OpKind, Program
-from replayverify.programs.state import State, initial_state, layouts
+from replayverify.programs.state import State, granules, initial_state, layouts, slot_count
 
 
 @runtime_checkable
@@ -66,8 +66,9 @@ class OpRunner(Protocol):
 
 
 class Sweep:
-    """One run's backward: the adjoint, one float64 slot per byte of each buffer (the
-    adjoint of the float element starting at that byte), from the loss weights; the run
+    """One run's backward: the adjoint, one float64 slot per granule of each buffer (the
+    adjoint of the float element starting there; ``state.granules``), from the loss
+    weights; the run
     loop calls :meth:`segment` with each segment's recovered records, last segment first,
     then reads the gradient from :attr:`adj`."""
 
@@ -84,13 +85,15 @@ class Sweep:
 
 
 def start_adjoints(program: Program, plan: RunPlan, xp: ModuleType) -> dict[str, Any]:
-    """Backward's starting adjoints, one float64 slot per byte of each buffer."""
+    """Backward's starting adjoints, one float64 slot per granule of each buffer."""
     if xp is np:
         return {name: a.copy() for name, a in plan.adjoint.items()}
-    adj = {b.name: xp.zeros(b.nbytes, dtype=xp.float64) for b in program.buffers}
+    granule = granules(program)
+    adj = {b.name: xp.zeros(slot_count(b.nbytes, granule[b.name]), dtype=xp.float64)
+           for b in program.buffers}
     loss = layouts(program)[program.loss.view]
     if loss.view.is_float:
-        scatter_add(xp, adj[loss.view.buffer], loss.starts_in(xp), xp.asarray(plan.loss_weights))
+        scatter_add(xp, adj[loss.view.buffer], loss.slots_in(xp), xp.asarray(plan.loss_weights))
     return adj
 
 
@@ -103,7 +106,7 @@ def back_segment(plans: Sequence[OpPlan], xp: ModuleType, adj: dict[str, Any], f
     misplaces the adjoints, as it would in a real engine). The reverse rule gets the
     record without ``values``: it reads operands and draws only (the contract of
     ``REVERSE``), and one that reads what the op wrote fails here, loudly."""
-    on_numpy = xp is np  # the layouts' own index arrays, read directly
+    on_numpy = xp is np  # the layouts' own slot arrays, read directly
     for j in reversed(range(len(ops))):
         k, rec = first + j, ops[j]
         plan = plans[k]
@@ -113,9 +116,9 @@ def back_segment(plans: Sequence[OpPlan], xp: ModuleType, adj: dict[str, Any], f
         # only float writes carry derivatives: an integer op's written slots are just cleared
         rule = REVERSE[op.kind] if plan.float_write else None
         if rule is not None:
-            starts = dst.starts if on_numpy else dst.starts_in(xp)
-            g = a[starts if where is None else starts[where]]
-        a[dst.byte_index if on_numpy and where is None else dst.bytes_of(where, xp)] = 0.0
+            slots = dst.slots if on_numpy else dst.slots_in(xp)
+            g = a[slots if where is None else slots[where]]
+        a[dst.cover if on_numpy and where is None else dst.cover_of(where, xp)] = 0.0
         if rule is None or g.size == 0:
             continue
         if rec.values is not None or rec.where is not where or rec.op is not op:
@@ -125,10 +128,10 @@ def back_segment(plans: Sequence[OpPlan], xp: ModuleType, adj: dict[str, Any], f
         sources = plan.sources
         for f, c in rule(rec, g).items():
             src = sources[f]
-            if on_numpy:  # a view's elements never overlap: its starts are distinct slots
-                adj[src.view.buffer][src.starts] += c
+            if on_numpy:  # a view's elements never overlap: its slots are distinct
+                adj[src.view.buffer][src.slots] += c
             else:
-                scatter_add(xp, adj[src.view.buffer], src.starts_in(xp), c)
+                scatter_add(xp, adj[src.view.buffer], src.slots_in(xp), c)
 
 
 class PlainRunner:

@@ -292,10 +292,14 @@ def _run_step(program: Program, step: _Step, state: State, draws: Any,
     """``execute_op``'s work: (operands, draws, where, values) of the op run on ``state``."""
     operands = {}
     on_numpy = state.xp is np
-    if on_numpy:  # strided views over the buffers, flattened: fresh copies
+    if on_numpy:  # strided views over the buffers, flattened: fresh copies, one per view
+        # (a view read by two fields, as in mul(x, x), is one array: no rule writes it)
         typed = state.typed
+        last = None
         for f, lay in step.reads:
-            operands[f] = typed(lay).flatten()
+            if last is None or last[0] is not lay:
+                last = (lay, typed(lay).flatten())
+            operands[f] = last[1]
     else:
         for f, lay in step.reads:
             operands[f] = state.read_flat(lay)
@@ -782,8 +786,11 @@ def execute(program: Program, *, record_boundaries: bool = True,
 
     for k, step in enumerate(steps):
         read_vids, complete = {}, []
+        last = None  # (a view read by two fields, as in mul(x, x): resolved once)
         for f, src in step.sources:  # a float op's sources
-            vids, reason, whole = store.resolve(src, k, admission.supported)
+            if last is None or last[0] is not src:
+                last = (src, *store.resolve(src, k, admission.supported))
+            _, vids, reason, whole = last
             read_vids[f] = vids
             if whole:
                 complete.append(f)
@@ -873,9 +880,15 @@ def _sweep_ops(ex: Execution, adj: np.ndarray, start: int, stop: int,
 def _sweep_rest(ex: Execution,
                 operands: Callable[[OpValues], Operands] | None = None) -> np.ndarray:
     """dL/d(inputs): :func:`reverse_sweep`, continued from the part the two sweeps of an
-    execution share (``Execution._shared_sweep``: the ops from ``stop`` on)."""
+    execution share (``Execution._shared_sweep``: the ops from ``stop`` on). The shared
+    adjoints are copied only where this sweep goes on from them (nothing stale: it is
+    the whole sweep), and let go once both sweeps took what they need."""
     stop, tail = ex._shared_sweep
-    adj = tail.copy()
+    if "gradient" in ex.__dict__ or "hazard_gradient" in ex.__dict__:
+        del ex.__dict__["_shared_sweep"]  # (the other sweep is done: this one is the last)
+        adj = tail
+    else:
+        adj = tail.copy() if stop else tail
     _sweep_ops(ex, adj, 0, stop, REVERSE, operands)
     return adj[ex.input_vids].astype(np.float64)
 

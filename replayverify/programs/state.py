@@ -10,6 +10,7 @@ its index arrays to ``xp`` once. Snapshots are always host bytes.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -29,6 +30,9 @@ class ViewLayout:
     view: View
     dtype: np.dtype
     starts: np.ndarray  # first byte of each element, row-major (int64)
+    # the granule of the view's buffer (:func:`granules`): every element of every view over
+    # it starts on a multiple of it and covers whole granules (``slots``, ``cover``)
+    granule: int = 1
     size: int = field(init=False, repr=False)  # element count (the view's), a plain field
     # copies of ``starts`` and ``byte_index`` in other array modules (one per module: with
     # CuPy, on the device current then) and derived index arrays
@@ -44,6 +48,38 @@ class ViewLayout:
         arr = element_bytes(self.starts, self.dtype.itemsize)
         arr.setflags(write=False)
         return arr
+
+    @functools.cached_property
+    def slots(self) -> np.ndarray:
+        """The granule each element starts in, ``starts // granule`` (int64, read-only):
+        storage kept per granule (the engines' adjoints) has one slot per element there."""
+        if self.granule == 1:
+            return self.starts
+        arr = self.starts // self.granule
+        arr.setflags(write=False)
+        return arr
+
+    @functools.cached_property
+    def cover(self) -> np.ndarray:
+        """Every granule of every element, element-major (int64, read-only): ``slots``
+        itself when an element is one granule."""
+        per = self.dtype.itemsize // self.granule
+        if per == 1:
+            return self.slots
+        arr = element_bytes(self.slots, per)
+        arr.setflags(write=False)
+        return arr
+
+    def slots_in(self, xp: ModuleType = np) -> Any:
+        """``slots`` as an ``xp`` array (copied to the device once, then reused)."""
+        return self.slots if xp is np else self._copy_on(xp, "slots")
+
+    def cover_of(self, where: Any, xp: ModuleType = np) -> Any:
+        """Every granule of the elements at flat positions ``where`` (all when None), as an
+        ``xp`` array (``where`` must then be one too)."""
+        if where is None:
+            return self.cover if xp is np else self._copy_on(xp, "cover")
+        return element_bytes(self.slots_in(xp)[where], self.dtype.itemsize // self.granule, xp)
 
     def strided(self, buf: np.ndarray) -> np.ndarray:
         """The view's elements as a writable strided NumPy array over the buffer's memory."""
@@ -120,11 +156,47 @@ def layouts(program: Program) -> dict[str, ViewLayout]:
 
 def _compute_layouts(program: Program) -> dict[str, ViewLayout]:
     out = {}
+    granule = granules(program)
     for v in program.views:
         starts = v.element_starts()
         starts.setflags(write=False)
-        out[v.name] = ViewLayout(v, DTYPES[v.dtype], starts)
+        out[v.name] = ViewLayout(v, DTYPES[v.dtype], starts, granule[v.buffer])
     return out
+
+
+def granules(program: Program) -> dict[str, int]:
+    """Per buffer, its granule: the greatest common divisor of the offsets, strides and
+    itemsizes of every view over it (4 or 8 bytes: offsets and strides are multiples of
+    the itemsize). Every element of those views starts on a multiple of it and covers
+    whole granules, so whatever is kept per element start (an adjoint) needs one slot per
+    granule, not per byte, and a write or read covers whole slots: exact, whichever
+    views alias which bytes. Carried by the program (``Program.derived``)."""
+    return program.carried("granules", _compute_granules)
+
+
+def _compute_granules(program: Program) -> dict[str, int]:
+    out = {b.name: 0 for b in program.buffers}  # (gcd(0, n) = n; a buffer without views: 0)
+    for v in program.views:
+        out[v.buffer] = math.gcd(out[v.buffer], v.offset, v.itemsize, *v.strides)
+    return {name: g or 1 for name, g in out.items()}
+
+
+WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # unsigned word per width
+
+
+def as_words(buf: Any, width: int) -> Any:
+    """A buffer (a contiguous ``xp`` uint8 array) seen as ``width``-byte unsigned words,
+    its last ``size % width`` bytes left out (no element of a view whose itemsize and
+    starts are multiples of ``width`` reaches them): gathers and scatters by word index
+    then move whole elements or granules with one int64 index per word, not per byte."""
+    if width == 1:
+        return buf
+    return buf[:buf.size - buf.size % width].view(WORDS[width])
+
+
+def slot_count(nbytes: int, granule: int) -> int:
+    """Slots of a buffer of ``nbytes`` kept per ``granule``: one per granule begun."""
+    return -(-nbytes // granule)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from replayverify.verifier.engine_checks import engine_records
 from replayverify.verifier.forward_jacobian import (
     PRECISION,
     ForwardJacobian,
-    addresses,
+    address_count,
     forward_jacobian,
 )
 from replayverify.verifier.records import Check, Outcome, Record, make_record, program_label
@@ -71,7 +71,7 @@ def _reference_bytes(program: Program, check: str) -> tuple[int, int]:
     sizes = PER_PROGRAM.carried(program, "reference_sizes", _reference_sizes)
     if check == Check.FORWARD_JACOBIAN:
         item = PRECISION_BYTES
-        shadow = addresses(program).count * sizes.coords * item
+        shadow = address_count(program) * sizes.coords * item
         # an op's working set, per element: 2 per source, 3 per destination
         fixed, seed, op_max = shadow + 8 * program.nbytes, item, item * sizes.fj_op_max
         per_dst = 3 * item
@@ -319,6 +319,7 @@ def check_execution(
         except Exception as exc:  # the engines' gradient has no reference: say so
             reference = None
             records.append(_error(label, sha, Check.GRADIENT, exc, engine="*"))
+        plain.clear()  # (the references are done: the engines need not hold the plain run)
         try:
             extra = {"mutants": True} if mutants else {}
             got = engine_records(program, ex, reference, engines, label, **extra)

@@ -267,6 +267,7 @@ def engine_records(program: Program, execution: Execution,
                         for c in (GRADIENT, BYTES)]
             continue
         metrics = result.metrics
+        del result  # (its states and gradient: not held while the next engine runs)
         for check, v in ((GRADIENT, grad), (BYTES, byt)):
             records.append(make_record(label, sha, check, v, seconds, name, metrics))
     if mutants:
@@ -304,4 +305,5 @@ def mutant_records(program: Program, execution: Execution,
         v = Verdict(Outcome.DETECTED if found else Outcome.MISSED, grad.max_abs_err,
                     "; ".join(found) or "gradient and bytes both matched")
         records.append(make_record(label, sha, name, v, seconds, name, result.metrics))
+        del result  # (not held while the next mutant runs)
     return records

@@ -150,6 +150,21 @@ def addresses(program: Program) -> Addresses:
     return _plan(program).addresses
 
 
+def address_count(program: Program) -> int:
+    """``addresses(program).count`` without deriving the plan when it is not derived yet:
+    the size guard asks it of programs it may refuse, and the plan of a large program
+    holds far more than the count. Per buffer, a bitmap of its (first word, itemsize 8)
+    keys set at every float element (``_derive_plan`` numbers the same keys)."""
+    plan = _PLANS.of(program).get("tangent_plan")
+    if plan is not None:
+        return plan.addresses.count
+    seen = {b.name: np.zeros(2 * -(-b.nbytes // WORD), dtype=bool) for b in program.buffers}
+    for lo in layouts(program).values():
+        if lo.view.is_float:  # (key: 2 * first word + (itemsize == 8), as _derive_plan's)
+            seen[lo.view.buffer][lo.starts // (WORD // 2) + (lo.dtype.itemsize == 8)] = True
+    return sum(int(np.count_nonzero(keys)) for keys in seen.values())
+
+
 WORD = 4  # tags are kept per aligned 4-byte word (see _ViewTags)
 CONST_TAGS = np.int64(CONST).tobytes()  # the bytes of one CONST tag
 

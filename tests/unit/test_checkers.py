@@ -407,3 +407,16 @@ def test_the_replays_called_alone_warn_about_no_overflow():
                 reference_run(p)
                 check_bytes(ex)
                 wrong_rng_control(ex)
+
+
+def test_the_size_guard_counts_addresses_without_deriving_the_tangent_plan():
+    """``address_count`` (what the size guard multiplies) is the plan's address count,
+    found without deriving the plan: the guard asks it of programs it may refuse."""
+    from replayverify.verifier.forward_jacobian import _PLANS, address_count, addresses
+
+    for family in ("derivative", "hazard", "alias", "mixed"):
+        for i in range(10):
+            p = generate(4, i, family)
+            n = address_count(p)
+            assert "tangent_plan" not in _PLANS.of(p)
+            assert n == addresses(p).count == address_count(p), (family, i)

@@ -241,7 +241,8 @@ def test_a_check_leaves_only_the_programs_layers_data_on_the_program():
     from replayverify.engines.plan import PER_PROGRAM
     from replayverify.verifier.check import check_program
 
-    programs_layer = {"blocks", "steps", "layouts", "initial", "sha256", "float_dtype"}
+    programs_layer = {"blocks", "steps", "layouts", "granules", "initial", "sha256",
+                      "float_dtype"}
     for family in ("derivative", "hazard", "default"):
         p = generate(4, 0, family=family)
         check_program(p, mutants=True)
@@ -412,3 +413,30 @@ def test_an_instance_run_of_the_bare_protocol_gets_no_runner():
 
     recs = engine_checks.engine_records(p, ex, None, [bare])
     assert [r.outcome for r in recs] == ["match"] * 2
+
+
+def test_adjoints_are_kept_one_slot_per_granule():
+    """The engines keep one adjoint slot per granule of a buffer (``state.granules``: the
+    gcd of its views' offsets, strides and itemsizes), not one per byte: 8 bytes where
+    only 8-byte elements lie, 4 where a 4-byte view aliases them (a float64 element then
+    covers two slots: the hand-written programs run every engine there, above)."""
+    from replayverify.engines.plan import run_plan
+    from replayverify.programs.state import granules, layouts
+
+    seen = set()
+    for name, make in HAND.items():
+        p = make()
+        g = granules(p)
+        plan = run_plan(p)
+        for b in p.buffers:
+            sizes = [n for v in p.views if v.buffer == b.name
+                     for n in (v.offset, v.itemsize, *v.strides)]
+            assert all(n % g[b.name] == 0 for n in sizes), name
+            assert any(n % (2 * g[b.name]) for n in sizes), name  # the greatest such
+            assert plan.adjoint[b.name].size == -(-b.nbytes // g[b.name]), name
+            seen.add(g[b.name])
+        for lay in layouts(p).values():
+            assert lay.slots.tolist() == (lay.starts // g[lay.view.buffer]).tolist()
+            per = lay.dtype.itemsize // g[lay.view.buffer]
+            assert lay.cover.tolist() == [s + j for s in lay.slots.tolist() for j in range(per)]
+    assert seen == {4, 8}

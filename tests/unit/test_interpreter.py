@@ -287,6 +287,8 @@ def test_the_two_sweeps_share_the_ops_after_the_last_stale_read():
                 assert gradient.tobytes() == reverse_sweep(ex).tobytes()
                 assert hazard.tobytes() == reverse_sweep(
                     ex, operands=final_storage_operands(ex)).tobytes()
+                # (let go once both sweeps took what they need)
+                assert "_shared_sweep" not in ex.__dict__
                 stop = ex._shared_sweep[0]
                 shared += 0 < stop < len(ex.records)
     assert shared > 20

@@ -225,7 +225,8 @@ def test_the_committed_compiled_run_is_as_expected_with_its_reproducers():
 
     reports = Path(__file__).resolve().parents[2] / "reports" / "cohort-compile"
     s = json.loads((reports / "summary.json").read_text())
-    assert s["verdict"] == "as-expected" and s["records"] == 1680 and not s["unexpected"]
+    assert s["verdict"] == "as-expected" and s["records"] == 7700 and not s["unexpected"]
+    assert s["seeds"] == [420000, 420050]  # all 50 keys, engines included (84 + 70 a key)
     for e in s["reproducers"]:
         assert (reports / e["path"]).read_text().count("\n") <= 40
     assert "Verdict: **as-expected**" in (reports / "report.md").read_text()

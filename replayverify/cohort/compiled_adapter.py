@@ -182,7 +182,7 @@ class CompiledAdapter:
             return Observation(run.gradient(), run.buffer_bytes(), _rng_bytes(torch))
 
 
-YOUNG = 100_000  # allocations between young collections during a compiled run (700 outside)
+YOUNG = 100_000  # allocations between young collections in a compiled run (Python's default: 700)
 _FROZEN_IN = [0]  # the process (pid) whose heap _few_collections froze
 
 
@@ -200,8 +200,10 @@ def _few_collections() -> Iterator[None]:
     - After a process's first compiled run, what is alive is collected once and frozen
       (``gc.freeze``): torch's modules and the compiler's machinery, ~400,000 objects
       the first compile imports and builds, which every later full collection would
-      walk again. Objects made afterwards, the runs' own, are collected as before; a
-      forked child freezes its own heap on its first run.
+      walk again (what is frozen is never collected, even if dropped later: it lives as
+      long as the process, as torch's modules do anyway). Objects made afterwards, the
+      runs' own, are collected as before; a forked child freezes its own heap on its
+      first run.
     """
     old = gc.get_threshold()
     gc.set_threshold(YOUNG, *old[1:])

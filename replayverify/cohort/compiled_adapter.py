@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import logging
 import os
 import shutil
@@ -172,12 +173,48 @@ class CompiledAdapter:
         if why:
             raise Unsupported(why)
         backend, kind = method.name.split(":", 1)
-        with _isolated(torch, case.draw_seed), _config(torch, backend, kind):
+        with _few_collections(), _isolated(torch, case.draw_seed), \
+                _config(torch, backend, kind):
             torch._dynamo.reset()
             run = _CompiledRun(torch, case)
             run.forward(backend, kind)
             _phase("backward", run.backward)
             return Observation(run.gradient(), run.buffer_bytes(), _rng_bytes(torch))
+
+
+YOUNG = 100_000  # allocations between young collections in a compiled run (Python's default: 700)
+_FROZEN_IN = [0]  # the process (pid) whose heap _few_collections froze
+
+
+@contextlib.contextmanager
+def _few_collections() -> Iterator[None]:
+    """Fewer garbage collections while a method compiles and runs. Neither change alters
+    what is computed, only how often the collector walks the heap: on key 420001's 14
+    aot_eager tasks the collector's time fell from ~0.6 s to ~0.2 s a task (of ~6 s,
+    load ~7).
+
+    - The young generation is collected every ``YOUNG`` allocations instead of 700: a
+      compile allocates millions of container objects, and at the default threshold
+      the collector runs thousands of times per compile, mostly to find them alive.
+      The threshold is given back afterwards.
+    - After a process's first compiled run, what is alive is collected once and frozen
+      (``gc.freeze``): torch's modules and the compiler's machinery, ~400,000 objects
+      the first compile imports and builds, which every later full collection would
+      walk again (what is frozen is never collected, even if dropped later: it lives as
+      long as the process, as torch's modules do anyway). Objects made afterwards, the
+      runs' own, are collected as before; a forked child freezes its own heap on its
+      first run.
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(YOUNG, *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        if _FROZEN_IN[0] != os.getpid():
+            _FROZEN_IN[0] = os.getpid()
+            gc.collect()
+            gc.freeze()
 
 
 def aot_eager_only() -> CompiledAdapter:

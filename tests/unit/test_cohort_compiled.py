@@ -135,6 +135,23 @@ def test_a_compile_served_from_another_run_is_unsupported(monkeypatch):
     assert rec["outcome"] == "unsupported" and "not one fresh compile" in rec["detail"]
 
 
+def test_a_compiled_run_collects_less_often_and_gives_the_threshold_back(monkeypatch):
+    import gc
+
+    real, during = ca._checkpointer, []
+
+    def spying(torch, kind):
+        during.append(gc.get_threshold())
+        return real(torch, kind)
+
+    monkeypatch.setattr(ca, "_checkpointer", spying)
+    before = gc.get_threshold()
+    assert _one("aot_eager:budget-1")["outcome"] == "match"
+    assert during == [(ca.YOUNG, *before[1:])] and gc.get_threshold() == before
+    # the heap alive after this process's first compiled run is frozen, once
+    assert ca._FROZEN_IN[0] == os.getpid() and gc.get_freeze_count() > 0
+
+
 def test_inductor_without_a_compiler_is_unsupported_with_a_hint(monkeypatch):
     monkeypatch.setattr(ca, "compiler_found", lambda: False)
     rec = _one("inductor:checkpoint")
@@ -208,7 +225,8 @@ def test_the_committed_compiled_run_is_as_expected_with_its_reproducers():
 
     reports = Path(__file__).resolve().parents[2] / "reports" / "cohort-compile"
     s = json.loads((reports / "summary.json").read_text())
-    assert s["verdict"] == "as-expected" and s["records"] == 1680 and not s["unexpected"]
+    assert s["verdict"] == "as-expected" and s["records"] == 7700 and not s["unexpected"]
+    assert s["seeds"] == [420000, 420050]  # all 50 keys, engines included (84 + 70 a key)
     for e in s["reproducers"]:
         assert (reports / e["path"]).read_text().count("\n") <= 40
     assert "Verdict: **as-expected**" in (reports / "report.md").read_text()

@@ -30,8 +30,8 @@ from replayverify.cohort.cases import (
     build_case,
     extra_row,
 )
+from replayverify.cohort.compile_cache import shared_compile_cache
 from replayverify.cohort.expected import expected_letter
-from replayverify.cohort.isolated import shared_compile_cache
 from replayverify.plugins import call, checked
 from replayverify.runs.executors import Executor, ProcessPool
 from replayverify.runs.journal import open_journal

@@ -363,7 +363,7 @@ def test_a_cohort_run_shares_one_temporary_jax_compilation_cache(monkeypatch):
 
 
 def test_a_users_own_jax_compilation_cache_is_kept(monkeypatch, tmp_path):
-    from replayverify.cohort.isolated import shared_compile_cache
+    from replayverify.cohort.compile_cache import shared_compile_cache
 
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)

@@ -37,7 +37,7 @@ from replayverify.cohort._ops import RULES, operands, unsupported_ops
 from replayverify.cohort.adapter import DrawTape, Method, Observation
 from replayverify.cohort.cases import Case
 from replayverify.cohort.isolated import IsolatedAdapter
-from replayverify.cohort.jax_state_adapter import NO_FMA
+from replayverify.cohort.jax_state_adapter import CHILD_XLA_FLAGS
 
 HINT = "keras is not installed: pip install keras, or '.[keras]'"
 
@@ -280,5 +280,5 @@ class KerasTorchAdapter(_KerasAdapter):
 
 class KerasJaxAdapter(_KerasAdapter):
     name, backend = "keras-jax", "jax"
-    env = (("KERAS_BACKEND", "jax"), ("JAX_ENABLE_X64", "1"), ("XLA_FLAGS", NO_FMA))
+    env = (("KERAS_BACKEND", "jax"), ("JAX_ENABLE_X64", "1"), ("XLA_FLAGS", CHILD_XLA_FLAGS))
     method_list = _methods("jax")

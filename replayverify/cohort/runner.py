@@ -30,6 +30,7 @@ from replayverify.cohort.cases import (
     build_case,
     extra_row,
 )
+from replayverify.cohort.compile_cache import shared_compile_cache
 from replayverify.cohort.expected import expected_letter
 from replayverify.plugins import call, checked
 from replayverify.runs.executors import Executor, ProcessPool
@@ -267,7 +268,8 @@ def run_tasks(cfg: CohortConfig, executor: Executor | None = None,
     """
     executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, limit=cfg.timeout)
     items = _Items(cfg, skip)
-    return executor.map(_run_one, items, name=lambda item: item[0], lost=_lost)
+    with shared_compile_cache():  # JAX's compiles shared by the run's processes
+        yield from executor.map(_run_one, items, name=lambda item: item[0], lost=_lost)
 
 
 def run_records(cfg: CohortConfig, executor: Executor | None = None,

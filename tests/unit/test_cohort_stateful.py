@@ -322,3 +322,52 @@ def test_a_jit_reproducer_of_a_matching_case_shows_nothing(jobs):
     assert expected_letter(row, task.split("/")[1]) == "M"
     run = jobs["script jax jit local"].result()
     assert (run.returncode, claimed(run)) == (0, []), run.stdout + run.stderr[-2000:]
+
+
+class _CacheProbe:
+    """An adapter whose draw_tape fails naming the JAX cache directory it was given."""
+
+    name, label = "cache-probe", "probe"
+
+    def missing(self):
+        return None
+
+    def version(self):
+        return "0"
+
+    def methods(self, extra=False):
+        return (Method("m", "probe m"),)
+
+    def draw_tape(self, case):
+        raise RuntimeError(f"cache={os.environ.get('JAX_COMPILATION_CACHE_DIR')}")
+
+    def run(self, case, method):  # pragma: no cover - never reached (no reference)
+        raise AssertionError
+
+
+def test_a_cohort_run_shares_one_temporary_jax_compilation_cache(monkeypatch):
+    from replayverify.cohort.runner import CohortConfig, run_records
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    registry.register("cache-probe", _CacheProbe())
+    try:
+        cfg = CohortConfig(frameworks=("cache-probe",), seeds=(420000, 420001),
+                           families=("raw-copy",), workers=1, timeout=0)
+        seen = {r["detail"].rpartition("cache=")[2] for r in run_records(cfg)}
+    finally:
+        registry.unregister("cache-probe")
+    (path,) = seen  # one directory for the run's every task
+    assert path != "None" and "replayverify-jax-cache-" in path
+    assert not Path(path).exists()  # removed when the run ends
+    assert "JAX_COMPILATION_CACHE_DIR" not in os.environ  # the variables restored
+
+
+def test_a_users_own_jax_compilation_cache_is_kept(monkeypatch, tmp_path):
+    from replayverify.cohort.compile_cache import shared_compile_cache
+
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
+    with shared_compile_cache() as path:
+        assert path == str(tmp_path) == os.environ["JAX_COMPILATION_CACHE_DIR"]
+        assert "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ
+    assert tmp_path.exists() and os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path)

@@ -55,18 +55,17 @@ def _regions(pattern: str, granularity: int, count: int) -> np.ndarray | None:
     return (first[:, None] + np.arange(per_row, dtype=np.int64)).reshape(-1)
 
 
-def _floor_view(pattern: str, granularity: int, count: int, buf: np.ndarray) -> np.ndarray:
-    """A strided view of ``buf`` holding exactly the bytes ``_regions`` lists, in its order."""
-    g, n_regions = granularity, BUFFER // granularity
-    if pattern == "contiguous":
-        start = (n_regions // 3) * g
-        return buf[start:start + count * g]
-    if pattern == "isolated":
-        step = (n_regions // count) * g
-        return buf[: count * step].reshape(count, step)[:, :g]
-    rows = count // (KiB // g)
-    step = (n_regions // rows) * g
-    return buf[: rows * step].reshape(rows, step)[:, :KiB]
+def _floor_view(regions: np.ndarray, granularity: int, buf: np.ndarray) -> np.ndarray:
+    """A strided view of ``buf`` holding exactly the bytes of ``regions`` in their order,
+    read off the regions themselves: evenly spaced runs of consecutive regions, all of one
+    length (what ``_regions`` makes; the caller checks the bytes against the journal)."""
+    firsts = np.concatenate([[0], np.flatnonzero(np.diff(regions) != 1) + 1])
+    run = regions.size // firsts.size * granularity  # bytes per run
+    start = int(regions[0]) * granularity
+    if firsts.size == 1:
+        return buf[start:start + run]
+    step = int(regions[firsts[1]] - regions[0]) * granularity
+    return buf[start:start + firsts.size * step].reshape(firsts.size, step)[:, :run]
 
 
 def _time(fn, reps: int) -> float:
@@ -87,7 +86,7 @@ def measure(
     buf = (np.arange(BUFFER, dtype=np.uint32) % 251).astype(np.uint8)  # real pages, distinct
     lay = jr.layout(BUFFER, regions, granularity)
     journal = jr.save(np, buf, lay)
-    view = _floor_view(pattern, granularity, count, buf)
+    view = _floor_view(regions, granularity, buf)
     floor_dst = np.empty(view.shape, dtype=np.uint8)
     np.copyto(floor_dst, view)
     assert np.array_equal(floor_dst.reshape(-1), journal.data), "floor view != journal bytes"

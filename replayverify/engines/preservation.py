@@ -156,15 +156,16 @@ def _readset_plan(tape: Tape, k: int, fields: tuple[str, ...]) -> ReadSetPlan:
     unions: list[tuple[str, int, Any]] = []
     nbytes = 0
     part = {}  # view -> the part that keeps it
-    for lays in per_buffer.values():
-        if _apart(list(lays.values())):  # each view's values: its bytes, none twice
+    apart = {b: _apart(list(lays.values())) for b, lays in per_buffer.items()}
+    for b, lays in per_buffer.items():
+        if apart[b]:  # each view's values: its bytes, none twice
             for name, lay in lays.items():
                 part[name] = len(views)
                 views.append(lay)
                 nbytes += lay.size * lay.dtype.itemsize
     positions = {}  # view -> where its bytes sit in its buffer's union
     for b, lays in per_buffer.items():
-        if not _apart(list(lays.values())):
+        if not apart[b]:
             granule = next(iter(lays.values())).granule  # (the buffer's)
             idx, pos = _union(list(lays.values()), tape.program.buffer(b).nbytes)
             positions.update(pos)

@@ -68,9 +68,8 @@ class OpRunner(Protocol):
 class Sweep:
     """One run's backward: the adjoint, one float64 slot per granule of each buffer (the
     adjoint of the float element starting there; ``state.granules``), from the loss
-    weights; the run
-    loop calls :meth:`segment` with each segment's recovered records, last segment first,
-    then reads the gradient from :attr:`adj`."""
+    weights; the run loop calls :meth:`segment` with each segment's recovered records,
+    last segment first, then reads the gradient from :attr:`adj`."""
 
     __slots__ = ("adj", "bounds", "plans", "xp")
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from replayverify.programs.interpreter import op_steps
+from replayverify.programs.interpreter import loss_weights, op_steps
 from replayverify.programs.model import Op, PerProgram, Program
 from replayverify.programs.state import ViewLayout, granules, layouts, slot_count
 
@@ -64,8 +64,7 @@ def _make_plan(program: Program) -> RunPlan:
     # from the interpreter's per-op layouts, derived once too
     ops = tuple([OpPlan(step.op, step.dst, step.reads, dict(step.reads), step.op.spec.partial,
                         step.dst.view.is_float, step.draws) for step in op_steps(program)])
-    weights = np.asarray(program.loss.weights, dtype=np.float64)
-    weights.setflags(write=False)
+    weights = loss_weights(program)  # (read-only, carried by the program)
     lay = layouts(program)
     granule = granules(program)
     adjoint = {b.name: np.zeros(slot_count(b.nbytes, granule[b.name]), dtype=np.float64)

@@ -284,6 +284,12 @@ class Snapshot:
                     for k, v in self.buffers.items()}
         return State(bufs, self.rng, xp)
 
+    def frozen(self) -> State:
+        """A read-only NumPy state over these bytes, copying nothing: a final state held
+        beside its snapshot costs no second copy of the buffers."""
+        return State({k: np.frombuffer(v, np.uint8) for k, v in self.buffers.items()},
+                     self.rng)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Snapshot):
             return NotImplemented

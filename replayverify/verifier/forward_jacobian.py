@@ -36,6 +36,7 @@ from replayverify.programs.interpreter import (
     FORWARD,
     ForwardRule,
     OpValues,
+    loss_weights,
     op_steps,
     scatter_winners,
 )
@@ -309,7 +310,7 @@ def _derive_plan(program: Program) -> _Plan:
             else (True,) * len(steps))
     seeds = diagonal_seeds([("", vt.rows) for vt in inputs], n_coords)
     return _Plan(Addresses(count, of_view), n_words, n_coords, inputs, seeds, tuple(steps),
-                 live, loss, loss_float, np.asarray(program.loss.weights, dtype=np.float64), tagged)
+                 live, loss, loss_float, loss_weights(program), tagged)
 
 
 def _always_defined(program: Program, floats: list) -> bool:

@@ -85,7 +85,8 @@ def assert_versions_match(program):
                 assert (f in ver.complete) == all(v >= 0 for v in vids), (k, f)
                 if why and not reason:
                     reason, at = why, k
-        assert ver.writes.tolist() == ref.write(k, op.dst, rec.where)
+        written = range(ver.writes.start, ver.writes.stop)  # (a run of ids)
+        assert list(written) == ref.write(k, op.dst, rec.where)
     if ref.lay[program.loss.view].view.is_float:
         vids, why = ref.read(program.loss.view, "the loss")
         assert ex.loss_vids.tolist() == vids

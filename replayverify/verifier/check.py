@@ -307,7 +307,9 @@ def _check(program: Program, ex: Execution | None, *, program_id: str | None,
 
     def reference() -> ReferenceRun:
         if not plain:
-            plain.append(reference_run(program))
+            # (from (B_0, R_0) as this check's own execution recorded it: one copy of
+            # those bytes for both)
+            plain.append(reference_run(program, ex.boundaries[0] if own else None))
         return plain[0]
 
     def run(check: Check, fn: Callable[[], Verdict]) -> None:

@@ -161,8 +161,10 @@ def address_count(program: Program) -> int:
         return plan.addresses.count
     seen = {b.name: np.zeros(2 * -(-b.nbytes // WORD), dtype=bool) for b in program.buffers}
     for lo in layouts(program).values():
-        if lo.view.is_float:  # (key: 2 * first word + (itemsize == 8), as _derive_plan's)
-            seen[lo.view.buffer][lo.starts // (WORD // 2) + (lo.dtype.itemsize == 8)] = True
+        if lo.view.is_float:  # (key: 2 * first word + (itemsize == 8), as _derive_plan's;
+            # the starts made here, not kept on the layout, for a program it may refuse)
+            starts = lo.view.element_starts()
+            seen[lo.view.buffer][starts // (WORD // 2) + (lo.dtype.itemsize == 8)] = True
     return sum(int(np.count_nonzero(keys)) for keys in seen.values())
 
 

@@ -118,3 +118,19 @@ def test_int64_ids_agree_with_a_per_byte_reference(family, monkeypatch):
     monkeypatch.setattr(interpreter, "INT32_IDS_BELOW", 0)
     for index in range(12):
         assert_versions_match(generate(5, index, family))
+
+
+@pytest.mark.parametrize("family", ["alias", "mixed", "bytes"])
+def test_compact_read_ids_agree_with_a_per_byte_reference(family, monkeypatch):
+    """The ids a large view reads kept in the stored dtype (int32; ``COMPACT_IDS``), forced
+    on every view of small programs: the same versions, admission and gradient."""
+    from replayverify.programs import interpreter
+
+    plain = [execute(generate(5, index, family)) for index in range(12)]
+    monkeypatch.setattr(interpreter, "COMPACT_IDS", 0)
+    for index in range(12):
+        assert_versions_match(generate(5, index, family))
+        ex = execute(generate(5, index, family))
+        assert all(v.dtype == np.int32 for ver in ex.versions for v in ver.reads.values())
+        if ex.admission.supported:
+            assert ex.gradient.tobytes() == plain[index].gradient.tobytes()

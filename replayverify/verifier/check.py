@@ -368,11 +368,11 @@ def _check(program: Program, ex: Execution | None, *, program_id: str | None,
         reference_gradient = None
         records.append(_error(label, sha, Check.GRADIENT, exc, engine="*"))
     plain.clear()  # (the references are done: the engines need not hold the plain run)
-    expected = ExpectedStates(ex)
-    if own:  # (made here: the engines need only what was taken from it)
-        expected.let_go()
-        del ex
     try:
+        expected = ExpectedStates(ex)
+        if own:  # (made here: the engines need only what was taken from it)
+            expected.let_go()
+            del ex
         extra = {"mutants": True} if mutants else {}
         got = engine_records(program, expected, reference_gradient, engines, label, **extra)
     except Exception as exc:

@@ -142,11 +142,15 @@ class ExpectedStates:
 
     def let_go(self) -> ExpectedStates:
         """Take (B_T, R_T) and the version graph's gradient now and let the execution go
-        (see the class doc); returns self."""
+        (see the class doc); returns self. A gradient that raises keeps the execution:
+        each verdict that asks for it then raises, as it would have."""
         if self._execution is not None:
             self.final  # noqa: B018  (taken while the execution is here)
-            self._gradient = self._execution.gradient
-            self._execution = None
+            try:
+                gradient = self._execution.gradient
+            except Exception:
+                return self
+            self._gradient, self._execution = gradient, None
         return self
 
     def gradient_verdict(self, result: EngineResult, reference: np.ndarray | None) -> Verdict:

@@ -440,3 +440,27 @@ def test_adjoints_are_kept_one_slot_per_granule():
             per = lay.dtype.itemsize // g[lay.view.buffer]
             assert lay.cover.tolist() == [s + j for s in lay.slots.tolist() for j in range(per)]
     assert seen == {4, 8}
+
+
+def test_a_large_programs_runs_build_their_starting_adjoints(monkeypatch):
+    """Past ``KEPT_ADJOINT_BYTES`` the plan keeps no template: each run builds the same
+    starting adjoints, and the engines' results are the same bit for bit."""
+    from replayverify.engines import plan as plan_module
+    from replayverify.engines.runner import start_adjoints
+    from replayverify.verifier import memo
+
+    assert memo.KEPT_RUN_BYTES <= plan_module.KEPT_ADJOINT_BYTES  # (a kept sweep's start)
+    for name in ("shift_up", "two_d", "draws"):
+        kept = HAND[name]()
+        template = plan_module.run_plan(kept).adjoint
+        with monkeypatch.context() as m:
+            m.setattr(plan_module, "KEPT_ADJOINT_BYTES", 0)
+            p = HAND[name]()
+            plan = plan_module.run_plan(p)
+            assert plan.adjoint is None
+            built = start_adjoints(p, plan, np)
+            assert {b: a.tobytes() for b, a in built.items()} == \
+                {b: a.tobytes() for b, a in template.items()}
+            ex = execute(p)
+            for engine in ("eager", "region", "guarded"):
+                assert _everything(engine, p, ex) == _everything(engine, kept, ex), engine

@@ -450,7 +450,8 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
             tape.data.clear()
         if sweep is not None:
             sweep.segment(s, rec.ops)
-        tape.temp_now = 0  # the segment's workspace is released once it is differentiated
+        del rec  # the segment's workspace is released once it is differentiated
+        tape.temp_now = 0
 
     gradient = None
     if sweep is not None:

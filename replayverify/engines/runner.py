@@ -126,6 +126,8 @@ def back_segment(plans: Sequence[OpPlan], xp: ModuleType, adj: dict[str, Any], f
                 adj[src.view.buffer][src.slots] += c
             else:
                 scatter_add(xp, adj[src.view.buffer], src.slots_in(xp), c)
+            del c  # (this op's arrays are not held while the next op's rule runs)
+        del g
 
 
 class PlainRunner:

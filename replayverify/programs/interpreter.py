@@ -786,7 +786,8 @@ def execute(program: Program, *, record_boundaries: bool = True,
 
     for name in program.inputs:
         store.write(INPUT_OP, lay[name], None)
-    input_vids = np.arange(store.n)  # (intp) the first nodes are the inputs', in order
+    # the first nodes are the inputs', in order (as an op's reads: intp unless many)
+    input_vids = np.arange(store.n, dtype=np.intp if store.n < COMPACT_IDS else store.id_dtype)
 
     admission = Admission(True)
     records: list[OpValues] = []
@@ -831,12 +832,22 @@ def execute(program: Program, *, record_boundaries: bool = True,
                      admission, store.n, boundaries, frozenset(store.foreign))
 
 
+ACCUMULATE_CHUNK = 1 << 16  # elements of a large read whose contributions are added at once
+
+
 def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray,
                 complete: bool = False) -> None:
     """adj[vids] += contrib, skipping CONST and BAD reads (``complete``: the caller knows
     there are none). The versions read through one view are distinct (a version is one
     element's extent, and a view's elements never share a byte), so an indexed ``+=``
-    adds each contribution once: no ``np.add.at``."""
+    adds each contribution once: no ``np.add.at``. A read of over ``ACCUMULATE_CHUNK``
+    elements is added a chunk at a time (the same sums: one addition per element), so
+    that the adjoints it gathers (and int32 ids as intp) are not all held at once."""
+    if vids.size > ACCUMULATE_CHUNK:
+        for i in range(0, vids.size, ACCUMULATE_CHUNK):
+            j = i + ACCUMULATE_CHUNK
+            _accumulate(adj, vids[i:j], contrib[i:j], complete)
+        return
     if complete:
         adj[vids] += contrib
         return
@@ -889,6 +900,7 @@ def _sweep_ops(ex: Execution, adj: np.ndarray, start: int, stop: int,
                 rec = rec._replace(operands=given)
         for f, contrib in rule(rec, g).items():
             _accumulate(adj, ver.reads[f], contrib, f in ver.complete)
+            del contrib  # (not held while the next op's rule runs)
 
 
 # The most version nodes whose adjoints the two sweeps of an execution share: sharing

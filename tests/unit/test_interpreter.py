@@ -336,6 +336,21 @@ def test_past_shared_sweep_nodes_each_sweep_is_its_own_whole_sweep(monkeypatch):
     assert swept > 20
 
 
+def test_contributions_added_in_chunks_give_the_same_gradients(monkeypatch):
+    """A large read's contributions are added ``ACCUMULATE_CHUNK`` elements at a time:
+    forced to 3, every gradient (admitted or with constant reads) is the same bit for bit."""
+    from replayverify.programs import interpreter
+
+    programs = [generate(4, i, family) for family in ("derivative", "alias", "mixed")
+                for i in range(8)]
+    whole = [(ex.gradient.tobytes(), ex.hazard_gradient.tobytes())
+             for ex in map(execute, programs) if ex.admission.supported]
+    monkeypatch.setattr(interpreter, "ACCUMULATE_CHUNK", 3)
+    chunked = [(ex.gradient.tobytes(), ex.hazard_gradient.tobytes())
+               for ex in map(execute, programs) if ex.admission.supported]
+    assert chunked == whole and len(whole) > 10
+
+
 def test_reverse_rules_take_each_coefficient_in_the_views_dtype():
     """``_f64`` is ``float(op.coef_as(name, dtype))``, also where float64 skips NumPy."""
     from replayverify.programs.interpreter import OpValues, _f64

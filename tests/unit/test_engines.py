@@ -242,7 +242,7 @@ def test_a_check_leaves_only_the_programs_layers_data_on_the_program():
     from replayverify.verifier.check import check_program
 
     programs_layer = {"blocks", "steps", "layouts", "granules", "initial", "sha256",
-                      "float_dtype"}
+                      "float_dtype", "loss_weights"}
     for family in ("derivative", "hazard", "default"):
         p = generate(4, 0, family=family)
         check_program(p, mutants=True)

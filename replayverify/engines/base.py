@@ -446,9 +446,12 @@ def run_strategies(name: str, program: Program, strategies: Sequence[Strategy],
     for s in reversed(range(n_seg)):
         rec = strategies[s].recover(tape, s, state)
         replays[s] = rec.replay
+        if s == 0:  # the last recovery is made: nothing retained is read after it
+            tape.data.clear()
         if sweep is not None:
             sweep.segment(s, rec.ops)
-        tape.temp_now = 0  # the segment's workspace is released once it is differentiated
+        del rec  # the segment's workspace is released once it is differentiated
+        tape.temp_now = 0
 
     gradient = None
     if sweep is not None:

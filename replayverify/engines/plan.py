@@ -7,11 +7,13 @@ per-program plans), never on the user's ``Program``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from types import ModuleType
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from replayverify.programs.interpreter import op_steps
+from replayverify.programs.arrays import scatter_add
+from replayverify.programs.interpreter import loss_weights, op_steps
 from replayverify.programs.model import Op, PerProgram, Program
 from replayverify.programs.state import ViewLayout, granules, layouts, slot_count
 
@@ -45,10 +47,11 @@ class RunPlan:
     nbytes: int
     ops: tuple[OpPlan, ...]
     loss_weights: np.ndarray  # float64, read-only
-    # NumPy: per buffer, the adjoint slots (one per granule, ``state.granules``) as
-    # backward starts them (the loss weights at the loss view's element slots, zeros
-    # elsewhere); read-only, each run takes copies
-    adjoint: dict[str, np.ndarray]
+    # NumPy, programs of at most KEPT_ADJOINT_BYTES: per buffer, the adjoint slots (one
+    # per granule, ``state.granules``) as backward starts them (the loss weights at the
+    # loss view's element slots, zeros elsewhere); read-only, each run takes copies. None
+    # for a larger program: each run builds its own (``runner.start_adjoints``)
+    adjoint: dict[str, np.ndarray] | None
     # the gradient's slots, in input order: per run of consecutive inputs in one buffer,
     # (buffer, their element slots concatenated), so each run is one gather
     gradient_at: tuple[tuple[str, np.ndarray], ...]
@@ -60,21 +63,38 @@ def run_plan(program: Program) -> RunPlan:
     return PER_PROGRAM.carried(program, "run_plan", _make_plan)
 
 
+# A program of at most this many bytes keeps its starting adjoints as a template (a
+# copy is cheaper than building them); a larger one's runs each build theirs, whose zeroed
+# pages cost nothing until written, instead of holding a second whole array beside them.
+KEPT_ADJOINT_BYTES = 1 << 20
+
+
+def loss_adjoints(program: Program, weights: np.ndarray, xp: ModuleType) -> dict[str, Any]:
+    """Backward's starting adjoints, one float64 slot per granule of each buffer: the loss
+    weights at the loss view's element slots, zeros elsewhere (``xp`` arrays)."""
+    granule = granules(program)
+    adj = {b.name: xp.zeros(slot_count(b.nbytes, granule[b.name]), dtype=xp.float64)
+           for b in program.buffers}
+    loss = layouts(program)[program.loss.view]
+    if loss.view.is_float:
+        if xp is np:  # the loss view's elements are distinct slots
+            adj[loss.view.buffer][loss.slots] += weights
+        else:
+            scatter_add(xp, adj[loss.view.buffer], loss.slots_in(xp), xp.asarray(weights))
+    return adj
+
+
 def _make_plan(program: Program) -> RunPlan:
     # from the interpreter's per-op layouts, derived once too
     ops = tuple([OpPlan(step.op, step.dst, step.reads, dict(step.reads), step.op.spec.partial,
                         step.dst.view.is_float, step.draws) for step in op_steps(program)])
-    weights = np.asarray(program.loss.weights, dtype=np.float64)
-    weights.setflags(write=False)
+    weights = loss_weights(program)  # (read-only, carried by the program)
     lay = layouts(program)
-    granule = granules(program)
-    adjoint = {b.name: np.zeros(slot_count(b.nbytes, granule[b.name]), dtype=np.float64)
-               for b in program.buffers}
-    loss = lay[program.loss.view]
-    if loss.view.is_float:  # the loss view's elements are distinct slots
-        adjoint[loss.view.buffer][loss.slots] += weights
-    for a in adjoint.values():
-        a.setflags(write=False)
+    adjoint = None
+    if program.nbytes <= KEPT_ADJOINT_BYTES:
+        adjoint = loss_adjoints(program, weights, np)
+        for a in adjoint.values():
+            a.setflags(write=False)
     runs: list[tuple[str, list[np.ndarray]]] = []
     for name in program.inputs:
         at = lay[name]

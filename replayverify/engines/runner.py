@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from replayverify.engines.plan import OpPlan, RunPlan
+from replayverify.engines.plan import OpPlan, RunPlan, loss_adjoints
 from replayverify.programs.arrays import scatter_add
 from replayverify.programs.interpreter import (
     REVERSE,
@@ -39,7 +39,7 @@ from replayverify.programs.interpreter import (
     written_positions,
 )
 from replayverify.programs.model import OpKind, Program
-from replayverify.programs.state import State, granules, initial_state, layouts, slot_count
+from replayverify.programs.state import State, initial_state
 
 
 @runtime_checkable
@@ -84,16 +84,11 @@ class Sweep:
 
 
 def start_adjoints(program: Program, plan: RunPlan, xp: ModuleType) -> dict[str, Any]:
-    """Backward's starting adjoints, one float64 slot per granule of each buffer."""
-    if xp is np:
+    """Backward's starting adjoints, one float64 slot per granule of each buffer: copies of
+    the plan's template where it keeps one, else built (``plan.loss_adjoints``)."""
+    if xp is np and plan.adjoint is not None:
         return {name: a.copy() for name, a in plan.adjoint.items()}
-    granule = granules(program)
-    adj = {b.name: xp.zeros(slot_count(b.nbytes, granule[b.name]), dtype=xp.float64)
-           for b in program.buffers}
-    loss = layouts(program)[program.loss.view]
-    if loss.view.is_float:
-        scatter_add(xp, adj[loss.view.buffer], loss.slots_in(xp), xp.asarray(plan.loss_weights))
-    return adj
+    return loss_adjoints(program, plan.loss_weights, xp)
 
 
 def back_segment(plans: Sequence[OpPlan], xp: ModuleType, adj: dict[str, Any], first: int,
@@ -131,6 +126,8 @@ def back_segment(plans: Sequence[OpPlan], xp: ModuleType, adj: dict[str, Any], f
                 adj[src.view.buffer][src.slots] += c
             else:
                 scatter_add(xp, adj[src.view.buffer], src.slots_in(xp), c)
+            del c  # (this op's arrays are not held while the next op's rule runs)
+        del g
 
 
 class PlainRunner:

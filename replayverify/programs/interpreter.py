@@ -342,7 +342,20 @@ def _loss(program: Program, state: State) -> float:
     quiet): no errstate of its own, which costs about as much as the sum. The sum is the
     ndarray method, the same ``add.reduce`` as ``np.sum`` without its Python wrapper."""
     values = state.read(layouts(program)[program.loss.view]).astype(np.float64).reshape(-1)
-    return float((np.asarray(program.loss.weights, dtype=np.float64) * values).sum())
+    return float((loss_weights(program) * values).sum())
+
+
+def loss_weights(program: Program) -> np.ndarray:
+    """The loss weights as a read-only float64 array, converted once and carried by the
+    program: the interpreter, its sweeps, the engines and the references all weigh the
+    loss with this one array (a large loss's tuple converts in milliseconds each time)."""
+    return program.carried("loss_weights", _loss_weights)
+
+
+def _loss_weights(program: Program) -> np.ndarray:
+    weights = np.asarray(program.loss.weights, dtype=np.float64)
+    weights.setflags(write=False)
+    return weights
 
 
 # ---------------------------------------------------------------- reverse rules
@@ -454,7 +467,10 @@ class OpVersions(NamedTuple):
     :class:`OpValues`: one per executed op)."""
 
     reads: dict[str, np.ndarray]  # per float source field, the id each element read
-    writes: np.ndarray  # ids of the written elements (at the op's ``where``)
+    # ids of the written elements (at the op's ``where``, in order): nodes are handed out
+    # in order, one contiguous run per op, so the run's bounds say them all (an adjoint
+    # array indexed with it is a view, and no id array is held per op)
+    writes: slice
     # the fields of ``reads`` in which every element read a version (no CONST or BAD)
     complete: frozenset[str] = frozenset()
 
@@ -498,6 +514,7 @@ class _ViewWords(NamedTuple):
 
 
 INT32_IDS_BELOW = 2**31 - 2  # node capacity below which ids (plus one) are stored as int32
+COMPACT_IDS = 1 << 16  # a view read by this many elements or more: ids in the stored dtype
 
 
 # 1 as a 0-d intp array: NumPy subtracts it from an array about twice as fast as the
@@ -527,16 +544,21 @@ class _Versions:
     The arrays are zero-filled (``np.zeros``: pages never written cost no memory), so the
     bookkeeping grows with what is written, not with the buffers' size: at most 2 bytes
     per buffer byte (int32 ids, int64 only for programs that could create 2^31 nodes;
-    int8 tags). The id arrays handed out (an op's reads and writes, the inputs', the
-    loss's) are intp whatever the stored dtype: the reverse sweeps index the adjoints
-    with them, and NumPy indexes with an intp array about seven times faster than with an
-    int32 one (~0.7 vs ~4.6 us for 16 elements), which it converts on every use.
+    int8 tags). The id arrays handed out (an op's reads, the inputs', the loss's; an
+    op's writes are a run, a slice) are intp whatever the stored dtype: the reverse
+    sweeps index the adjoints with them, and NumPy indexes with an intp array about
+    seven times faster than with an int32 one (~0.7 vs ~4.6 us for 16 elements), which
+    it converts on every use. The ids a view of at least ``COMPACT_IDS`` elements reads
+    are kept in the stored dtype instead: an execution holds them while it lives, int32
+    ids take half the memory, and converting that many costs little beside the indexing
+    itself.
     """
 
     def __init__(self, program: Program, capacity: int) -> None:
         # ``capacity`` is the most nodes the program can create (its inputs' elements plus
-        # every op's destination elements): nothing is copied while the nodes fill up
+        # every op's destination elements): it decides the stored ids' dtype
         self.id_dtype = np.int32 if capacity < INT32_IDS_BELOW else np.int64
+        self._one = np.ones((), self.id_dtype)  # (subtracted from stored ids: see resolve)
         self.n = 0
         self._firsts: list[int] = []  # the first id of each op's run of nodes
         self._ops: list[int] = []  # that op (INPUT_OP for an input)
@@ -545,9 +567,6 @@ class _Versions:
         self.tags = {b.name: np.zeros(b.nbytes, np.int8) for b in program.buffers}
         self._strided: dict[str, _ViewWords] = {}
         self.foreign: set[tuple[str, str]] = set()  # see Execution.foreign_reads
-        # every id (and id plus one) this run can hand out, made once: an op's ids are a
-        # slice of it (read-only: OpVersions and the sweeps share the slices)
-        self._ids = _id_range(capacity + 1)
 
     def _words_of(self, layout: ViewLayout) -> _ViewWords:
         """The view's elements in the id and tag arrays (``write`` and ``resolve`` look
@@ -570,14 +589,11 @@ class _Versions:
                                                     et.raw * v.size)
         return vw
 
-    def write(self, op: int, layout: ViewLayout, where: np.ndarray | None) -> np.ndarray:
+    def write(self, op: int, layout: ViewLayout, where: np.ndarray | None) -> slice:
         """New nodes for the elements ``op`` writes at ``where`` (all if None), recorded as
-        the last writers of their bytes; returns their ids."""
+        the last writers of their bytes; returns their ids, a contiguous run."""
         lo, m = self.n + 1, layout.size if where is None else where.size
-        if lo + m > self._ids.size:
-            self._ids = _id_range(max(2 * self._ids.size, lo + m))
-        ids = self._ids[lo - 1: lo - 1 + m]  # intp, like every id array handed out
-        stored = self._ids[lo: lo + m]  # ids plus one, cast to the id dtype as they are stored
+        stored = np.arange(lo, lo + m, dtype=self.id_dtype)  # their ids plus one
         vw = self._strided.get(layout.view.name) or self._words_of(layout)
         if where is None:
             at = ...
@@ -592,7 +608,7 @@ class _Versions:
         self._firsts.append(self.n)
         self._ops.append(op)
         self.n += m
-        return ids
+        return slice(lo - 1, lo - 1 + m)
 
     def resolve(self, layout: ViewLayout, op: int | None,
                 explain: bool) -> tuple[np.ndarray, str, bool]:
@@ -605,9 +621,10 @@ class _Versions:
         suffice: a node of the element's extent covers all its bytes, so the last such
         node is the last writer of every byte that still carries its tag."""
         vw = self._strided.get(layout.view.name) or self._words_of(layout)
-        # the writers of the elements' first words as intp, flat (one subtraction: NumPy
-        # indexes with an intp array several times faster than with an int32 one)
-        first = vw.first - _ONE
+        # the writers of the elements' first words, flat (one subtraction): intp for a
+        # view of fewer than COMPACT_IDS elements (NumPy indexes with an intp array several
+        # times faster than with an int32 one), else in the stored dtype (see the class doc)
+        first = vw.first - (_ONE if layout.size < COMPACT_IDS else self._one)
         if first.ndim != 1:
             first = first.reshape(-1)
         raw = vw.tags.tobytes()
@@ -660,18 +677,12 @@ class _Versions:
                 f"at a different byte extent")
 
 
-def _id_range(n: int) -> np.ndarray:
-    ids = np.arange(n)  # intp
-    ids.setflags(write=False)
-    return ids
-
-
 @dataclass
 class Execution:
     """The result of running a program with the versioned interpreter."""
 
     program: Program
-    state: State  # final (B_T, R_T)
+    state: State  # final (B_T, R_T); read-only over the last boundary's bytes when recorded
     records: list[OpValues]  # per op, what it read, drew and wrote
     versions: list[OpVersions]  # per op, the version nodes it read and wrote
     input_vids: np.ndarray
@@ -773,8 +784,10 @@ def execute(program: Program, *, record_boundaries: bool = True,
     store = _Versions(program, sum(lay[name].size for name in program.inputs)
                       + sum(step.size for step in steps))
 
-    input_ids = [store.write(INPUT_OP, lay[name], None) for name in program.inputs]
-    input_vids = np.concatenate(input_ids) if input_ids else np.empty(0, np.int64)
+    for name in program.inputs:
+        store.write(INPUT_OP, lay[name], None)
+    # the first nodes are the inputs', in order (as an op's reads: intp unless many)
+    input_vids = np.arange(store.n, dtype=np.intp if store.n < COMPACT_IDS else store.id_dtype)
 
     admission = Admission(True)
     records: list[OpValues] = []
@@ -812,9 +825,14 @@ def execute(program: Program, *, record_boundaries: bool = True,
             admission = Admission(False, reason, None)
     else:
         loss_vids = np.full(loss_layout.size, CONST, dtype=np.int64)
-    return Execution(program, state, records, versions, input_vids, loss_vids,
-                     _loss(program, state), admission, store.n, boundaries,
-                     frozenset(store.foreign))
+    loss = _loss(program, state)
+    if boundaries and cuts[-1] == len(steps):  # the last boundary is the final state: kept
+        state = boundaries[-1].frozen()  # once, the state read-only over its bytes
+    return Execution(program, state, records, versions, input_vids, loss_vids, loss,
+                     admission, store.n, boundaries, frozenset(store.foreign))
+
+
+ACCUMULATE_CHUNK = 1 << 16  # elements of a large read whose contributions are added at once
 
 
 def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray,
@@ -822,7 +840,14 @@ def _accumulate(adj: np.ndarray, vids: np.ndarray, contrib: np.ndarray,
     """adj[vids] += contrib, skipping CONST and BAD reads (``complete``: the caller knows
     there are none). The versions read through one view are distinct (a version is one
     element's extent, and a view's elements never share a byte), so an indexed ``+=``
-    adds each contribution once: no ``np.add.at``."""
+    adds each contribution once: no ``np.add.at``. A read of over ``ACCUMULATE_CHUNK``
+    elements is added a chunk at a time (the same sums: one addition per element), so
+    that the adjoints it gathers (and int32 ids as intp) are not all held at once."""
+    if vids.size > ACCUMULATE_CHUNK:
+        for i in range(0, vids.size, ACCUMULATE_CHUNK):
+            j = i + ACCUMULATE_CHUNK
+            _accumulate(adj, vids[i:j], contrib[i:j], complete)
+        return
     if complete:
         adj[vids] += contrib
         return
@@ -855,7 +880,7 @@ def reverse_sweep(ex: Execution, reverse: Mapping[OpKind, ReverseRule | None] = 
 def _loss_adjoints(ex: Execution, dtype: type) -> np.ndarray:
     """The adjoints a reverse sweep starts from: the loss weights on the loss's versions."""
     adj = np.zeros(ex.n_nodes, dtype=dtype)
-    _accumulate(adj, ex.loss_vids, np.asarray(ex.program.loss.weights, dtype=np.float64))
+    _accumulate(adj, ex.loss_vids, loss_weights(ex.program))
     return adj
 
 
@@ -865,15 +890,23 @@ def _sweep_ops(ex: Execution, adj: np.ndarray, start: int, stop: int,
     """:func:`reverse_sweep` over ops stop - 1 down to ``start``, in place on ``adj``."""
     for rec, ver in zip(reversed(ex.records[start:stop]), reversed(ex.versions[start:stop])):
         rule = reverse[rec.op.kind]
-        if rule is None or not rec.float_op or ver.writes.size == 0:
+        if rule is None or not rec.float_op or ver.writes.stop == ver.writes.start:
             continue
-        g = adj[ver.writes]
+        g = adj[ver.writes]  # (a view: an op reads only earlier nodes, so the
+        # contributions below never land on its own writes' adjoints)
         if operands is not None:
             given = operands(rec)
             if given is not rec.operands:  # (final storage keeps most ops' own operands)
                 rec = rec._replace(operands=given)
         for f, contrib in rule(rec, g).items():
             _accumulate(adj, ver.reads[f], contrib, f in ver.complete)
+            del contrib  # (not held while the next op's rule runs)
+
+
+# The most version nodes whose adjoints the two sweeps of an execution share: sharing
+# holds a copy of them beside the sweep that goes on from them (16 bytes a node), which
+# for a large graph costs more memory than the shared ops' sweep costs time.
+SHARED_SWEEP_NODES = 1 << 18
 
 
 @quiet
@@ -882,7 +915,15 @@ def _sweep_rest(ex: Execution,
     """dL/d(inputs): :func:`reverse_sweep`, continued from the part the two sweeps of an
     execution share (``Execution._shared_sweep``: the ops from ``stop`` on). The shared
     adjoints are copied only where this sweep goes on from them (nothing stale: it is
-    the whole sweep), and let go once both sweeps took what they need."""
+    the whole sweep), and let go once both sweeps took what they need. Where they share
+    no op (the last op reads a stale value), or the graph has over ``SHARED_SWEEP_NODES``
+    nodes, each sweeps from the loss on its own: no adjoints are kept between them, and
+    one adjoint array is held at a time."""
+    n = len(ex.records)
+    if ex.n_nodes > SHARED_SWEEP_NODES or (ex.stale and ex.stale[-1][0] == n - 1):
+        adj = _loss_adjoints(ex, np.longdouble)
+        _sweep_ops(ex, adj, 0, n, REVERSE, operands)
+        return adj[ex.input_vids].astype(np.float64)
     stop, tail = ex._shared_sweep
     if "gradient" in ex.__dict__ or "hazard_gradient" in ex.__dict__:
         del ex.__dict__["_shared_sweep"]  # (the other sweep is done: this one is the last)
@@ -896,14 +937,15 @@ def _sweep_rest(ex: Execution,
 def _final_view(ex: Execution) -> Callable[[str], np.ndarray]:
     """A view's values in the final state, flat and read-only, by name (each view read
     once per execution, kept in ``Execution.final_views``: the final state does not
-    change)."""
+    change, so a view whose elements flatten without a copy, as a 1-D one's do, is read
+    in place: an array over the final state's bytes, not a copy of them)."""
     lay = layouts(ex.program)
     final = ex.final_views
 
     def read(name: str) -> np.ndarray:
         hit = final.get(name)
         if hit is None:
-            hit = final[name] = ex.state.read(lay[name]).reshape(-1)
+            hit = final[name] = ex.state.typed(lay[name]).reshape(-1)  # (a new array object)
             hit.setflags(write=False)
         return hit
 

@@ -290,9 +290,9 @@ class Program:
     segments: tuple[int, ...] = ()
     inputs: tuple[str, ...] = ()
     # The programs layer's data derived from the fields above, computed once on first use
-    # and carried with the program (its hash, layouts, op steps, Philox blocks, B_0): never
-    # compared, hashed or copied by replace(). Other layers keep theirs in a
-    # :class:`PerProgram` of their own.
+    # and carried with the program (its hash, layouts, op steps, Philox blocks, B_0, the
+    # loss weights as an array): never compared, hashed or copied by replace(). Other
+    # layers keep theirs in a :class:`PerProgram` of their own.
     derived: dict[str, Any] = field(init=False, default_factory=dict, compare=False,
                                     repr=False)
 

@@ -29,7 +29,6 @@ class ViewLayout:
 
     view: View
     dtype: np.dtype
-    starts: np.ndarray  # first byte of each element, row-major (int64)
     # the granule of the view's buffer (:func:`granules`): every element of every view over
     # it starts on a multiple of it and covers whole granules (``slots``, ``cover``)
     granule: int = 1
@@ -40,6 +39,15 @@ class ViewLayout:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", self.view.size)
+
+    @functools.cached_property
+    def starts(self) -> np.ndarray:
+        """The first byte of each element, row-major (int64, read-only): made when first
+        asked (reads and writes on NumPy go through strided views, and the engines need
+        only ``slots``), then kept."""
+        arr = self.view.element_starts()
+        arr.setflags(write=False)
+        return arr
 
     @functools.cached_property
     def byte_index(self) -> np.ndarray:
@@ -55,7 +63,9 @@ class ViewLayout:
         storage kept per granule (the engines' adjoints) has one slot per element there."""
         if self.granule == 1:
             return self.starts
-        arr = self.starts // self.granule
+        # (``starts`` is not kept for this where no one asked for it yet)
+        starts = self.__dict__.get("starts")
+        arr = (self.view.element_starts() if starts is None else starts) // self.granule
         arr.setflags(write=False)
         return arr
 
@@ -158,9 +168,7 @@ def _compute_layouts(program: Program) -> dict[str, ViewLayout]:
     out = {}
     granule = granules(program)
     for v in program.views:
-        starts = v.element_starts()
-        starts.setflags(write=False)
-        out[v.name] = ViewLayout(v, DTYPES[v.dtype], starts, granule[v.buffer])
+        out[v.name] = ViewLayout(v, DTYPES[v.dtype], granule[v.buffer])
     return out
 
 
@@ -283,6 +291,12 @@ class Snapshot:
             bufs = {k: xp.asarray(np.frombuffer(v, dtype=np.uint8))
                     for k, v in self.buffers.items()}
         return State(bufs, self.rng, xp)
+
+    def frozen(self) -> State:
+        """A read-only NumPy state over these bytes, copying nothing: a final state held
+        beside its snapshot costs no second copy of the buffers."""
+        return State({k: np.frombuffer(v, np.uint8) for k, v in self.buffers.items()},
+                     self.rng)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Snapshot):

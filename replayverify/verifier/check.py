@@ -25,7 +25,7 @@ from replayverify.verifier.bytes_check import reference_bytes_verdict
 from replayverify.verifier.compare import Verdict, compare_gradients, error_verdict
 from replayverify.verifier.complex_step import complex_step
 from replayverify.verifier.controls import final_storage_control, wrong_rng_control
-from replayverify.verifier.engine_checks import engine_records
+from replayverify.verifier.engine_checks import ExpectedStates, engine_records
 from replayverify.verifier.forward_jacobian import (
     PRECISION,
     ForwardJacobian,
@@ -33,7 +33,7 @@ from replayverify.verifier.forward_jacobian import (
     forward_jacobian,
 )
 from replayverify.verifier.records import Check, Outcome, Record, make_record, program_label
-from replayverify.verifier.reference_run import ReferenceRun, reference_run
+from replayverify.verifier.reference_run import ReferenceRun, first_draw, reference_run
 
 # The checks ``check`` can run, in record order; the engines report GRADIENT and BYTES.
 CHECKS = (Check.GRADIENT, Check.FORWARD_JACOBIAN, Check.COMPLEX_STEP, Check.BYTES,
@@ -244,7 +244,6 @@ def _error(label: str, sha: str, check: Check | str, exc: BaseException,
     return make_record(label, sha, check, error_verdict(exc), seconds, engine)
 
 
-@quiet
 def check_execution(
     ex: Execution,
     *,
@@ -258,16 +257,59 @@ def check_execution(
     ``engines`` None runs every registered engine, () none; ``mutants`` asks the engine
     checks for their deliberately broken engines as well.
     """
-    program = ex.program
-    wanted = _wanted(checks)
+    return _check(ex.program, ex, program_id=program_id, engines=engines,
+                  wanted=_wanted(checks), mutants=mutants)
+
+
+def _wanted(checks: Iterable[str] | None) -> tuple[Check, ...]:
+    if checks is None:
+        return CHECKS
+    checks = tuple(checks)
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown check {str(unknown[0])!r}; known: {', '.join(CHECKS)}")
+    return tuple(Check(c) for c in checks)
+
+
+def check_program(
+    program: Program,
+    *,
+    program_id: str | None = None,
+    engines: Sequence[str | Engine] | None = None,
+    checks: Iterable[str] | None = None,
+    mutants: bool = False,
+) -> list[Record]:
+    """Run the interpreter once, then every requested check: one record per check."""
+    return _check(program, None, program_id=program_id, engines=engines,
+                  wanted=_wanted(checks), mutants=mutants)
+
+
+@quiet
+def _check(program: Program, ex: Execution | None, *, program_id: str | None,
+           engines: Sequence[str | Engine] | None, wanted: tuple[Check, ...],
+           mutants: bool) -> list[Record]:
+    """:func:`check_execution` of ``ex``; None: of ``execute(program)``, run here and let go
+    before the engines run (``ExpectedStates.let_go``: they are judged against what was
+    taken from it), so that a large program's records and version ids are not held
+    beside the engines' runs."""
     label, sha = program_label(program, program_id), program.sha256
+    own = ex is None
+    if own:
+        t0 = time.perf_counter()
+        try:
+            ex = execute(program)
+        except Exception as exc:
+            seconds = time.perf_counter() - t0
+            return [_error(label, sha, c, exc, seconds) for c in wanted]
     records: list[Record] = []
     fj: list[ForwardJacobian] = []  # computed once, for its record and the engines
     plain: list[ReferenceRun] = []  # the program's plain run, made once for the references
 
     def reference() -> ReferenceRun:
         if not plain:
-            plain.append(reference_run(program))
+            # (from (B_0, R_0) as this check's own execution recorded it: one copy of
+            # those bytes for both)
+            plain.append(reference_run(program, ex.boundaries[0] if own else None))
         return plain[0]
 
     def run(check: Check, fn: Callable[[], Verdict]) -> None:
@@ -302,6 +344,11 @@ def check_execution(
         run(Check.COMPLEX_STEP, lambda: complex_step_verdict(ex, reference))
     if Check.BYTES in wanted:
         run(Check.BYTES, lambda: reference_bytes_verdict(ex, reference()))
+    if first_draw(program) is None:
+        # (past the references, only the wrong-rng control takes the plain run, and only
+        # from a program that draws: not held through the final-storage sweeps; made
+        # again if the engines' forward Jacobian, not yet run, needs it)
+        plain.clear()
     if Check.FINAL_STORAGE in wanted:
         run(Check.FINAL_STORAGE, lambda: final_storage_control(ex))
     if Check.WRONG_RNG in wanted:
@@ -310,57 +357,31 @@ def check_execution(
         run(Check.WRONG_RNG, lambda: wrong_rng_control(ex, plain[0] if plain else None))
 
     engine_wanted = [c for c in ENGINE_CHECKS if c in wanted]
-    if engine_wanted and (engines is None or len(engines) or mutants):
-        t0 = time.perf_counter()
-        try:
-            reference = jacobian().gradient
-        except TooLarge:  # the engines are compared with the version graph instead
-            reference = None
-        except Exception as exc:  # the engines' gradient has no reference: say so
-            reference = None
-            records.append(_error(label, sha, Check.GRADIENT, exc, engine="*"))
-        plain.clear()  # (the references are done: the engines need not hold the plain run)
-        try:
-            extra = {"mutants": True} if mutants else {}
-            got = engine_records(program, ex, reference, engines, label, **extra)
-        except Exception as exc:
-            records.append(_error(label, sha, Check.GRADIENT, exc, time.perf_counter() - t0,
-                                  engine="*"))
-        else:
-            records.extend(r for r in got if r.check in engine_wanted
-                           or r.check.startswith("mutant:"))
-    return records
-
-
-def _wanted(checks: Iterable[str] | None) -> tuple[Check, ...]:
-    if checks is None:
-        return CHECKS
-    checks = tuple(checks)
-    unknown = [c for c in checks if c not in CHECKS]
-    if unknown:
-        raise ValueError(f"unknown check {str(unknown[0])!r}; known: {', '.join(CHECKS)}")
-    return tuple(Check(c) for c in checks)
-
-
-def check_program(
-    program: Program,
-    *,
-    program_id: str | None = None,
-    engines: Sequence[str | Engine] | None = None,
-    checks: Iterable[str] | None = None,
-    mutants: bool = False,
-) -> list[Record]:
-    """Run the interpreter once, then every requested check: one record per check."""
-    wanted = _wanted(checks)
+    if not (engine_wanted and (engines is None or len(engines) or mutants)):
+        return records
     t0 = time.perf_counter()
     try:
-        ex = execute(program)
+        reference_gradient = jacobian().gradient
+    except TooLarge:  # the engines are compared with the version graph instead
+        reference_gradient = None
+    except Exception as exc:  # the engines' gradient has no reference: say so
+        reference_gradient = None
+        records.append(_error(label, sha, Check.GRADIENT, exc, engine="*"))
+    plain.clear()  # (the references are done: the engines need not hold the plain run)
+    try:
+        expected = ExpectedStates(ex)
+        if own:  # (made here: the engines need only what was taken from it)
+            expected.let_go()
+            del ex
+        extra = {"mutants": True} if mutants else {}
+        got = engine_records(program, expected, reference_gradient, engines, label, **extra)
     except Exception as exc:
-        label, sha = program_label(program, program_id), program.sha256
-        seconds = time.perf_counter() - t0
-        return [_error(label, sha, c, exc, seconds) for c in wanted]
-    return check_execution(ex, program_id=program_id, engines=engines, checks=wanted,
-                           mutants=mutants)
+        records.append(_error(label, sha, Check.GRADIENT, exc, time.perf_counter() - t0,
+                              engine="*"))
+    else:
+        records.extend(r for r in got if r.check in engine_wanted
+                       or r.check.startswith("mutant:"))
+    return records
 
 
 def check_isolated(program: Program, *, timeout: float, program_id: str | None = None,

@@ -31,7 +31,7 @@ import numpy as np
 
 from replayverify.programs.arrays import as_slices, diagonal_seeds
 from replayverify.programs.errstate import quiet
-from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues
+from replayverify.programs.interpreter import FORWARD, ForwardRule, OpValues, loss_weights
 from replayverify.programs.model import Op, OpKind, PerProgram, Program
 from replayverify.programs.state import layouts
 from replayverify.verifier.liveness import LIVE_MIN_COORDS, bit_mask, live_ops
@@ -130,7 +130,7 @@ def _derive_plan(program: Program) -> _Plan:
             if n_coords >= LIVE_MIN_COORDS else (True,) * len(steps))
     seeds = diagonal_seeds([(v.buffer, v.rows) for v in inputs], n_coords)
     return _Plan(n_words, n_coords, inputs, seeds, tuple(steps), live, loss, loss_float,
-                 np.asarray(program.loss.weights, dtype=np.float64))
+                 loss_weights(program))
 
 
 def _live(steps: list[_ComplexStep], loss: _Words | None,

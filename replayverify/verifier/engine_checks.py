@@ -39,9 +39,12 @@ from replayverify.verifier.records import Check, Outcome, Record, make_record, p
 GRADIENT, BYTES = Check.GRADIENT, Check.BYTES
 
 
-def gradient_verdict(result: EngineResult, execution: Execution,
+def gradient_verdict(result: EngineResult, execution: Execution | ExpectedStates,
                      reference: np.ndarray | None) -> Verdict:
-    """An engine's gradient against the reference, or ``unsupported`` where admission refuses."""
+    """An engine's gradient against the reference, or ``unsupported`` where admission refuses.
+
+    ``execution``: the execution judged against, or the :class:`ExpectedStates` taken from
+    it (its admission, program and version-graph gradient are read alike)."""
     adm = execution.admission
     if not adm.supported:
         if result.gradient is not None:
@@ -62,7 +65,8 @@ def gradient_verdict(result: EngineResult, execution: Execution,
     return Verdict(v.outcome, v.max_abs_err, v.detail + note) if note else v
 
 
-def float64_overflow(g: np.ndarray, reference: np.ndarray, execution: Execution) -> str:
+def float64_overflow(g: np.ndarray, reference: np.ndarray,
+                     execution: Execution | ExpectedStates) -> str:
     """Why an engine's non-finite entries are float64's, not the replay's, or "".
 
     Engines accumulate adjoints in float64; the references in extended precision, where
@@ -81,6 +85,8 @@ def float64_overflow(g: np.ndarray, reference: np.ndarray, execution: Execution)
     if finite.any() and compare_gradients(g[finite], reference[finite],
                                           execution.program).outcome is not Outcome.MATCH:
         return ""
+    if isinstance(execution, ExpectedStates):
+        execution = execution.execution
     g64 = reverse_sweep(execution, dtype=np.float64)
     if not np.array_equal(g[~finite], g64[~finite], equal_nan=True):
         return ""
@@ -91,17 +97,61 @@ def float64_overflow(g: np.ndarray, reference: np.ndarray, execution: Execution)
 
 
 class ExpectedStates:
-    """The states an engine must reproduce, taken from ``execution`` once for every engine
-    judged against it: (B_T, R_T) and the segment boundaries (B_s, R_s); and the gradient
-    verdicts given so far against one reference (:meth:`gradient_verdict`)."""
+    """What the engines of one check are judged against, taken from ``execution`` once for
+    every engine: the program, its admission, (B_T, R_T), the states a segment's replay
+    must end in (B_{s+1}, R_{s+1}) and the version graph's gradient; and the gradient
+    verdicts given so far against one reference (:meth:`gradient_verdict`).
+
+    :meth:`let_go` keeps those alone and lets the execution go (its per-op records and
+    version ids: most of what a large program's check holds). A verdict that needs the
+    execution itself afterwards (an engine's float64 overflow, swept again in float64)
+    runs the program again: let go only an execution that ``execute(program)`` made,
+    which running it again gives bit for bit (``check_program`` lets go its own)."""
 
     def __init__(self, execution: Execution) -> None:
-        self.execution = execution
-        self.final = execution.final
-        self._boundaries = execution.boundaries
+        self.program = execution.program
+        self.admission = execution.admission
+        self._execution: Execution | None = execution
+        self._final: Snapshot | None = None
+        self._gradient: np.ndarray | None = None  # the version graph's, once let go
+        self._ends = execution.boundaries[1:]  # (B_0 is no replay's end: not held)
         self._reference: np.ndarray | None = None  # the reference of ``_verdicts``
         self._verdicts: dict[tuple, Verdict] = {}
         self._exact: dict[int, Verdict] = {}  # the exact bytes verdict, per replay count
+
+    @property
+    def final(self) -> Snapshot:
+        """(B_T, R_T), taken once: the last recorded boundary itself when it is that state
+        (one copy of the bytes for both)."""
+        if self._final is None:
+            final = self._execution.final
+            last = self._ends[-1] if self._ends else None
+            self._final = last if last == final else final
+        return self._final
+
+    @property
+    def execution(self) -> Execution:
+        """The execution judged against: the one given, or once let go, the program run
+        again (not kept)."""
+        return execute(self.program) if self._execution is None else self._execution
+
+    @property
+    def gradient(self) -> np.ndarray | None:
+        """The version graph's gradient (None where admission refuses it)."""
+        return self._gradient if self._execution is None else self._execution.gradient
+
+    def let_go(self) -> ExpectedStates:
+        """Take (B_T, R_T) and the version graph's gradient now and let the execution go
+        (see the class doc); returns self. A gradient that raises keeps the execution:
+        each verdict that asks for it then raises, as it would have."""
+        if self._execution is not None:
+            self.final  # noqa: B018  (taken while the execution is here)
+            try:
+                gradient = self._execution.gradient
+            except Exception:
+                return self
+            self._gradient, self._execution = gradient, None
+        return self
 
     def gradient_verdict(self, result: EngineResult, reference: np.ndarray | None) -> Verdict:
         """:func:`gradient_verdict` of ``result``. A verdict is a function of the gradient's
@@ -109,13 +159,13 @@ class ExpectedStates:
         return the same bytes: an equal gradient is judged once per reference."""
         g = result.gradient
         if g is None or type(g) is not np.ndarray:
-            return gradient_verdict(result, self.execution, reference)
+            return gradient_verdict(result, self, reference)
         if reference is not self._reference:
             self._reference, self._verdicts = reference, {}
         key = (g.dtype.str, g.shape, g.tobytes())
         hit = self._verdicts.get(key)
         if hit is None:
-            hit = self._verdicts[key] = gradient_verdict(result, self.execution, reference)
+            hit = self._verdicts[key] = gradient_verdict(result, self, reference)
         return hit
 
     def exact_verdict(self, result: EngineResult) -> Verdict | None:
@@ -127,13 +177,13 @@ class ExpectedStates:
         if not (result.forward == want and result.final == want):
             return None
         replays = result.replays
-        boundaries = None  # taken at the first replay: none are needed without one
+        ends = None  # taken at the first replay: none are needed without one
         n = 0
         for s, snap in enumerate(replays):
             if snap is not None:
-                if boundaries is None:
-                    boundaries = self.boundaries(len(replays))
-                if not snap == boundaries[s + 1]:
+                if ends is None:
+                    ends = self.ends(len(replays))
+                if not snap == ends[s]:
                     return None
                 n += 1
         hit = self._exact.get(n)
@@ -141,29 +191,29 @@ class ExpectedStates:
             hit = self._exact[n] = exact_match(n)
         return hit
 
-    def boundaries(self, segments: int) -> list[Snapshot]:
-        """(B_s, R_s) for s = 0..``segments``; recorded by re-running the program (once)
-        when the execution did not record them."""
-        if len(self._boundaries) != segments + 1:
-            self._boundaries = execute(self.execution.program).boundaries
-        return self._boundaries
+    def ends(self, segments: int) -> list[Snapshot]:
+        """(B_{s+1}, R_{s+1}) for s = 0..``segments`` - 1, the state after each segment;
+        recorded by re-running the program (once) when the execution did not record
+        them."""
+        if len(self._ends) != segments:
+            self._ends = execute(self.program).boundaries[1:]
+        return self._ends
 
 
-def bytes_verdict(result: EngineResult, execution: Execution,
-                  expected: ExpectedStates | None = None) -> Verdict:
+def bytes_verdict(result: EngineResult, execution: Execution | ExpectedStates) -> Verdict:
     """Exact bytes and generator state: forward end, after backward, and every replay.
 
-    ``expected``: the states taken from ``execution`` (made here when None)."""
-    expected = ExpectedStates(execution) if expected is None else expected
+    ``execution``: the execution judged against, or the states taken from it."""
+    expected = _expected(execution)
     exact = expected.exact_verdict(result)  # the common case: all exact
     if exact is not None:
         return exact
     want = expected.final
     replayed = [(s, snap) for s, snap in enumerate(result.replays) if snap is not None]
-    boundaries = expected.boundaries(len(result.replays)) if replayed else []
+    ends = expected.ends(len(result.replays)) if replayed else []
     checks = [("after the forward pass", result.forward, want),
               ("after backward", result.final, want)]
-    checks += [(f"replay of segment {s}", snap, boundaries[s + 1]) for s, snap in replayed]
+    checks += [(f"replay of segment {s}", snap, ends[s]) for s, snap in replayed]
     total, notes = 0, []
     for label, got, expected_state in checks:
         d = diff_states(got, expected_state)
@@ -173,6 +223,10 @@ def bytes_verdict(result: EngineResult, execution: Execution,
     if notes:
         return Verdict(Outcome.DIVERGE, float(total), "; ".join(notes))
     return exact_match(len(replayed))
+
+
+def _expected(execution: Execution | ExpectedStates) -> ExpectedStates:
+    return execution if isinstance(execution, ExpectedStates) else ExpectedStates(execution)
 
 
 def exact_match(replays: int) -> Verdict:
@@ -222,20 +276,19 @@ def _run(engine: Engine, expected: ExpectedStates, reference: np.ndarray | None,
          xp: ModuleType | None = None, memo: Memo | None = None
          ) -> tuple[EngineResult, Verdict, Verdict, float]:
     t0 = time.perf_counter()
-    execution = expected.execution
     extra: dict[str, Any] = {} if xp is None else {"xp": xp}  # NumPy-only engines need
     # not take ``xp``, and the Engine protocol has no ``runner``
     if memo is not None and takes_runner(engine):
         extra["runner"] = memo
     # a plug-in's sys.exit, its own KeyboardInterrupt or a result of another kind: an error
-    result = checked(call(engine.run, execution.program, admission=execution.admission,
+    result = checked(call(engine.run, expected.program, admission=expected.admission,
                           **extra), EngineResult, "the engine's run")
     grad = expected.gradient_verdict(result, reference)
-    byt = bytes_verdict(result, execution, expected)
+    byt = bytes_verdict(result, expected)
     return result, grad, byt, time.perf_counter() - t0
 
 
-def engine_records(program: Program, execution: Execution,
+def engine_records(program: Program, execution: Execution | ExpectedStates,
                    reference_gradient: np.ndarray | None,
                    engines: Sequence[str | Engine] | None = None,
                    program_id: str | None = None, *,
@@ -250,12 +303,13 @@ def engine_records(program: Program, execution: Execution,
     adds the mutants as controls: one ``mutant:...`` record each, see
     :func:`mutant_records`. ``xp`` runs the engines on that array module (for example
     CuPy); they are judged against the NumPy interpreter all the same. The engines and
-    mutants share one :class:`Memo`, opened here for this check.
+    mutants share one :class:`Memo`, opened here for this check. ``execution``: the
+    execution judged against, or the :class:`ExpectedStates` taken from it.
     """
     label = program_label(program, program_id)
     sha = program.sha256
     records: list[Record] = []
-    expected = ExpectedStates(execution)  # one snapshot of (B_T, R_T) for every engine
+    expected = _expected(execution)  # one snapshot of (B_T, R_T) for every engine
     memo = Memo()
     for name, engine in _engines(engines):
         t0 = time.perf_counter()
@@ -272,23 +326,23 @@ def engine_records(program: Program, execution: Execution,
             records.append(make_record(label, sha, check, v, seconds, name, metrics))
     if mutants:
         names = None if mutants is True else mutants
-        records += mutant_records(program, execution, reference_gradient, names, label,
+        records += mutant_records(program, expected, reference_gradient, names, label,
                                   memo=memo)
     return records
 
 
-def mutant_records(program: Program, execution: Execution,
+def mutant_records(program: Program, execution: Execution | ExpectedStates,
                    reference_gradient: np.ndarray | None,
                    mutants: Sequence[str] | None = None,
                    program_id: str | None = None, *, memo: Memo | None = None) -> list[Record]:
     """One control record per mutant (default: every registered one): ``check`` and
     ``engine`` are its name; ``detected`` when its gradient or bytes check diverges (or
     it raises), ``missed`` when both match. ``memo``: the check's (one is opened when
-    None)."""
+    None). ``execution``: as for :func:`engine_records`."""
     label = program_label(program, program_id)
     sha = program.sha256
     records = []
-    expected = ExpectedStates(execution)
+    expected = _expected(execution)
     memo = Memo() if memo is None else memo
     for name in registry.mutant_names() if mutants is None else mutants:
         t0 = time.perf_counter()

@@ -36,6 +36,7 @@ from replayverify.programs.interpreter import (
     FORWARD,
     ForwardRule,
     OpValues,
+    loss_weights,
     op_steps,
     scatter_winners,
 )
@@ -160,8 +161,10 @@ def address_count(program: Program) -> int:
         return plan.addresses.count
     seen = {b.name: np.zeros(2 * -(-b.nbytes // WORD), dtype=bool) for b in program.buffers}
     for lo in layouts(program).values():
-        if lo.view.is_float:  # (key: 2 * first word + (itemsize == 8), as _derive_plan's)
-            seen[lo.view.buffer][lo.starts // (WORD // 2) + (lo.dtype.itemsize == 8)] = True
+        if lo.view.is_float:  # (key: 2 * first word + (itemsize == 8), as _derive_plan's;
+            # the starts made here, not kept on the layout, for a program it may refuse)
+            starts = lo.view.element_starts()
+            seen[lo.view.buffer][starts // (WORD // 2) + (lo.dtype.itemsize == 8)] = True
     return sum(int(np.count_nonzero(keys)) for keys in seen.values())
 
 
@@ -309,7 +312,7 @@ def _derive_plan(program: Program) -> _Plan:
             else (True,) * len(steps))
     seeds = diagonal_seeds([("", vt.rows) for vt in inputs], n_coords)
     return _Plan(Addresses(count, of_view), n_words, n_coords, inputs, seeds, tuple(steps),
-                 live, loss, loss_float, np.asarray(program.loss.weights, dtype=np.float64), tagged)
+                 live, loss, loss_float, loss_weights(program), tagged)
 
 
 def _always_defined(program: Program, floats: list) -> bool:

@@ -45,6 +45,7 @@ from replayverify.programs.state import State, initial_state
 
 # The ops run and the first backward of a program are kept for programs of at most this
 # many bytes: the keys hold the state's bytes, the swept adjoints 8 bytes per byte a segment.
+# (At most ``plan.KEPT_ADJOINT_BYTES``: a kept sweep starts from the plan's template.)
 KEPT_RUN_BYTES = 1 << 16
 
 

@@ -420,3 +420,42 @@ def test_the_size_guard_counts_addresses_without_deriving_the_tangent_plan():
             n = address_count(p)
             assert "tangent_plan" not in _PLANS.of(p)
             assert n == addresses(p).count == address_count(p), (family, i)
+
+
+def test_check_program_lets_its_execution_go_before_the_engines_run(monkeypatch):
+    """The engines are judged against what ``check_program`` took from its execution (the
+    final state, the boundaries, admission and the version graph's gradient), so the
+    execution itself (every op's operands and version ids) is gone while they run, and
+    the records are those of the check that holds it (``check_execution``)."""
+    import weakref
+
+    from replayverify import engines
+
+    made = []
+    real_execute = check_module.execute
+
+    def execute_and_watch(program, **kwargs):
+        ex = real_execute(program, **kwargs)
+        made.append(weakref.ref(ex))
+        return ex
+
+    alive = []
+
+    class Probe:
+        name = "probe"
+
+        def run(self, program, *, admission=None):
+            alive.append(made[-1]() is not None)
+            return engines.get("region").run(program, admission=admission)
+
+    p = load_program(PROGRAMS / "overwritten-operand.json")
+    monkeypatch.setattr(check_module, "execute", execute_and_watch)
+    let_go = check_program(p, engines=[Probe()])
+    assert alive == [False]
+    ex = execute(p)  # (held here)
+    made.append(weakref.ref(ex))
+    held = check_execution(ex, engines=[Probe()])
+    assert alive == [False, True]
+    assert [r.to_dict() | {"seconds": 0} for r in let_go] == \
+        [r.to_dict() | {"seconds": 0} for r in held]
+    assert [r.outcome for r in let_go if r.engine == "probe"] == ["match", "match"]

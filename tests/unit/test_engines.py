@@ -242,7 +242,7 @@ def test_a_check_leaves_only_the_programs_layers_data_on_the_program():
     from replayverify.verifier.check import check_program
 
     programs_layer = {"blocks", "steps", "layouts", "granules", "initial", "sha256",
-                      "float_dtype"}
+                      "float_dtype", "loss_weights"}
     for family in ("derivative", "hazard", "default"):
         p = generate(4, 0, family=family)
         check_program(p, mutants=True)
@@ -440,3 +440,27 @@ def test_adjoints_are_kept_one_slot_per_granule():
             per = lay.dtype.itemsize // g[lay.view.buffer]
             assert lay.cover.tolist() == [s + j for s in lay.slots.tolist() for j in range(per)]
     assert seen == {4, 8}
+
+
+def test_a_large_programs_runs_build_their_starting_adjoints(monkeypatch):
+    """Past ``KEPT_ADJOINT_BYTES`` the plan keeps no template: each run builds the same
+    starting adjoints, and the engines' results are the same bit for bit."""
+    from replayverify.engines import plan as plan_module
+    from replayverify.engines.runner import start_adjoints
+    from replayverify.verifier import memo
+
+    assert memo.KEPT_RUN_BYTES <= plan_module.KEPT_ADJOINT_BYTES  # (a kept sweep's start)
+    for name in ("shift_up", "two_d", "draws"):
+        kept = HAND[name]()
+        template = plan_module.run_plan(kept).adjoint
+        with monkeypatch.context() as m:
+            m.setattr(plan_module, "KEPT_ADJOINT_BYTES", 0)
+            p = HAND[name]()
+            plan = plan_module.run_plan(p)
+            assert plan.adjoint is None
+            built = start_adjoints(p, plan, np)
+            assert {b: a.tobytes() for b, a in built.items()} == \
+                {b: a.tobytes() for b, a in template.items()}
+            ex = execute(p)
+            for engine in ("eager", "region", "guarded"):
+                assert _everything(engine, p, ex) == _everything(engine, kept, ex), engine

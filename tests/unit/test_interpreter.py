@@ -90,6 +90,24 @@ def test_boundaries_are_the_segment_states():
         assert st.snapshot() == ex.boundaries[s + 1]
 
 
+def test_the_final_state_reads_the_last_boundarys_bytes_read_only():
+    """With boundaries recorded, the final state is B_T's bytes themselves (one copy for
+    both), read-only; without, the state the ops ran on."""
+    from replayverify.programs import run_forward
+
+    p = generate(0, 3, "derivative")
+    ex = execute(p)
+    for name, buf in ex.state.buffers.items():
+        assert not buf.flags.writeable
+        assert buf.base is ex.boundaries[-1].buffers[name]  # (those bytes, not a copy)
+    with pytest.raises(ValueError, match="read-only"):
+        ex.state.write(layouts(p)[p.loss.view], np.zeros(layouts(p)[p.loss.view].size))
+    unrecorded = execute(p, record_boundaries=False)
+    assert unrecorded.boundaries == [] and unrecorded.final == ex.final
+    assert all(buf.flags.writeable for buf in unrecorded.state.buffers.values())
+    assert run_forward(p).snapshot() == ex.final
+
+
 def test_given_draws_replace_philox_and_keep_the_generator_exact():
     p = program({"b": 32}, [vec("x", "b", 0, 4)],
                 [{"op": "noise", "dst": "x", "x": "x", "sigma": 0.5},
@@ -292,6 +310,45 @@ def test_the_two_sweeps_share_the_ops_after_the_last_stale_read():
                 stop = ex._shared_sweep[0]
                 shared += 0 < stop < len(ex.records)
     assert shared > 20
+
+
+def test_past_shared_sweep_nodes_each_sweep_is_its_own_whole_sweep(monkeypatch):
+    """Over ``SHARED_SWEEP_NODES`` version nodes the two sweeps share nothing (no adjoints
+    kept between them), and each is, bit for bit, its own whole sweep."""
+    from replayverify.programs import interpreter
+    from replayverify.programs.interpreter import final_storage_operands, reverse_sweep
+
+    monkeypatch.setattr(interpreter, "SHARED_SWEEP_NODES", 0)
+    swept = 0
+    for family in ("derivative", "hazard", "alias", "mixed"):
+        for i in range(10):
+            ex = execute(generate(4, i, family))
+            if not ex.admission.supported:
+                continue
+            gradient = ex.gradient
+            assert "_shared_sweep" not in ex.__dict__
+            hazard = ex.hazard_gradient
+            assert "_shared_sweep" not in ex.__dict__
+            assert gradient.tobytes() == reverse_sweep(ex).tobytes()
+            assert hazard.tobytes() == reverse_sweep(
+                ex, operands=final_storage_operands(ex)).tobytes()
+            swept += 1
+    assert swept > 20
+
+
+def test_contributions_added_in_chunks_give_the_same_gradients(monkeypatch):
+    """A large read's contributions are added ``ACCUMULATE_CHUNK`` elements at a time:
+    forced to 3, every gradient (admitted or with constant reads) is the same bit for bit."""
+    from replayverify.programs import interpreter
+
+    programs = [generate(4, i, family) for family in ("derivative", "alias", "mixed")
+                for i in range(8)]
+    whole = [(ex.gradient.tobytes(), ex.hazard_gradient.tobytes())
+             for ex in map(execute, programs) if ex.admission.supported]
+    monkeypatch.setattr(interpreter, "ACCUMULATE_CHUNK", 3)
+    chunked = [(ex.gradient.tobytes(), ex.hazard_gradient.tobytes())
+               for ex in map(execute, programs) if ex.admission.supported]
+    assert chunked == whole and len(whole) > 10
 
 
 def test_reverse_rules_take_each_coefficient_in_the_views_dtype():

@@ -85,7 +85,8 @@ def assert_versions_match(program):
                 assert (f in ver.complete) == all(v >= 0 for v in vids), (k, f)
                 if why and not reason:
                     reason, at = why, k
-        assert ver.writes.tolist() == ref.write(k, op.dst, rec.where)
+        written = range(ver.writes.start, ver.writes.stop)  # (a run of ids)
+        assert list(written) == ref.write(k, op.dst, rec.where)
     if ref.lay[program.loss.view].view.is_float:
         vids, why = ref.read(program.loss.view, "the loss")
         assert ex.loss_vids.tolist() == vids
@@ -117,3 +118,19 @@ def test_int64_ids_agree_with_a_per_byte_reference(family, monkeypatch):
     monkeypatch.setattr(interpreter, "INT32_IDS_BELOW", 0)
     for index in range(12):
         assert_versions_match(generate(5, index, family))
+
+
+@pytest.mark.parametrize("family", ["alias", "mixed", "bytes"])
+def test_compact_read_ids_agree_with_a_per_byte_reference(family, monkeypatch):
+    """The ids a large view reads kept in the stored dtype (int32; ``COMPACT_IDS``), forced
+    on every view of small programs: the same versions, admission and gradient."""
+    from replayverify.programs import interpreter
+
+    plain = [execute(generate(5, index, family)) for index in range(12)]
+    monkeypatch.setattr(interpreter, "COMPACT_IDS", 0)
+    for index in range(12):
+        assert_versions_match(generate(5, index, family))
+        ex = execute(generate(5, index, family))
+        assert all(v.dtype == np.int32 for ver in ex.versions for v in ver.reads.values())
+        if ex.admission.supported:
+            assert ex.gradient.tobytes() == plain[index].gradient.tobytes()

@@ -215,6 +215,9 @@ def calibrate_shared_whole(
 FIT_RANDOM = 2  # random mixed policies per cell
 FIT_ROUNDS = 3  # re-plan on the fitted card and time new picks at most this many times
 FIT_RIDGE = 0.3  # pull of each scale towards 1 (the uncorrected card)
+# the per-segment stage's pull, loosened step by step while a planner's pick was measured
+# slower than another timed policy it could have picked (the model orders them wrongly)
+FIT_RIDGES = (FIT_RIDGE, 0.1, 0.03, 0.01, 0.003)
 FIT_SEED = 20260601
 
 
@@ -230,7 +233,10 @@ def _design(card: dict[str, Any], policy: tuple[str, ...], per_segment: bool) ->
 
 
 def fit_scales(
-    card: dict[str, Any], measured: dict[tuple[str, ...], float], per_segment: bool = False
+    card: dict[str, Any],
+    measured: dict[tuple[str, ...], float],
+    per_segment: bool = False,
+    ridge: float = FIT_RIDGE,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Scales of the card's times (one per option, or per segment and option) that make its
     sums match the measured plain step times, by least squares on relative error with a
@@ -242,8 +248,8 @@ def fit_scales(
 
     def solve(rows: np.ndarray) -> np.ndarray:
         k = int(used.sum())
-        lhs = np.vstack([rows[:, used], FIT_RIDGE * np.eye(k)])
-        rhs = np.concatenate([np.ones(len(rows)), FIT_RIDGE * np.ones(k)])
+        lhs = np.vstack([rows[:, used], ridge * np.eye(k)])
+        rhs = np.concatenate([np.ones(len(rows)), ridge * np.ones(k)])
         scale = np.ones(A.shape[1])
         scale[used] = np.clip(np.linalg.lstsq(lhs, rhs, rcond=None)[0], 0.5, 2.0)
         return scale
@@ -262,6 +268,7 @@ def fit_scales(
 
     report = {
         "policies": len(policies),
+        "ridge": ridge,
         "error_before": summary(before),
         "error_after": summary(after),
         "error_leave_one_out": summary(loo),
@@ -290,6 +297,42 @@ def _planned(cell: Cell, card: dict[str, Any]) -> set[tuple[str, ...]]:
     from replayverify.evaluate.run import plan_methods
 
     return {tuple(e["policy"]) for e in plan_methods(cell, card) if e["policy"] is not None}
+
+
+def picks_off(
+    cell: Cell, card: dict[str, Any], measured: dict[tuple[str, ...], float]
+) -> list[dict[str, Any]]:
+    """The state-aware planners' picks (joint, eager/whole; every budget of ``cell``) that
+    were timed and measured slower than another timed policy of their option set that fits
+    the same budget on ``card``: where the card orders measured policies wrongly."""
+    from replayverify.evaluate.run import plan_methods
+    from replayverify.planner import parse_card, policy_cost
+
+    parsed = parse_card(card)
+    options = {"joint": set(OPTIONS), "eager/whole": {"eager", "whole"}}
+    out = []
+    for e in plan_methods(cell, card):
+        pick = None if e["policy"] is None else tuple(e["policy"])
+        if e["method"] not in options or pick not in measured:
+            continue
+        rivals = [
+            q
+            for q in measured
+            if set(q) <= options[e["method"]] and policy_cost(parsed, q)[1] <= e["budget"]
+        ]
+        best = min(rivals, key=measured.__getitem__)
+        if measured[best] < measured[pick]:
+            out.append(
+                {
+                    "method": e["method"],
+                    "budget": e["budget"],
+                    "pick": ",".join(pick),
+                    "pick_s": measured[pick],
+                    "best": ",".join(best),
+                    "best_s": measured[best],
+                }
+            )
+    return out
 
 
 def fit_card(
@@ -334,9 +377,15 @@ def fit_card(
         scale, report = fit_scales(card, measured)
         per_option = scaled_card(card, scale)
         # then one scale per segment and option, on the residuals: a mix's segments do
-        # not always cost what they cost among their own kind
-        fine, report["per_segment"] = fit_scales(per_option, measured, per_segment=True)
-        fitted = scaled_card(per_option, fine)
+        # not always cost what they cost among their own kind; pulled towards 1 less and
+        # less while a planner's pick was measured slower than a timed rival it could
+        # have picked (the model is corrected until its choice is the measured best)
+        for ridge in FIT_RIDGES:
+            fine, report["per_segment"] = fit_scales(per_option, measured, True, ridge)
+            fitted = scaled_card(per_option, fine)
+            report["picks_slower_than_measured"] = picks_off(cell, fitted, measured)
+            if not report["picks_slower_than_measured"]:
+                break
         todo = _planned(cell, fitted)
     assert report is not None
     report["measured"] = [

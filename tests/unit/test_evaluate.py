@@ -492,3 +492,37 @@ def test_a_time_ratio_outside_the_band_says_what_was_measured() -> None:
     assert "still 1.80 at calibration speed" in time_note(wrong)
     short = {"predicted_time_s": 0.001, "time_s": 0.0018}
     assert time_note(short) == "steps under 5 ms"
+
+
+def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best(
+    monkeypatch,
+) -> None:
+    """Measured times in which a region at an even segment costs three times the card's
+    (the uniform region policy hides it among the others): at a budget that eager alone
+    does not fit, the fit is loosened until the joint planner's pick is the fastest timed
+    policy that fits, and says so (no pick slower than measured)."""
+    cell = _activation(0.05, segments=6, elements=16 * KiB)
+    dev = cal.device("numpy")
+    timing = measure.Timing(warmups=0, steps=1)
+    raw = measure.calibrate_card(dev, cell, 1, timing)
+
+    def seconds(policy):
+        return sum(
+            seg["options"][o]["time"] * (3.0 if o == "region" and k % 2 == 0 else 1.0)
+            for k, (seg, o) in enumerate(zip(raw["segments"], policy))
+        )
+
+    card = parse_card(raw)
+    lo = plan(card, 0).min_peak
+    hi = policy_cost(card, ("eager",) * 6)[1]
+    budget = int(lo + 0.6 * (hi - lo))
+    cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
+                cell.activation_elements, (budget,), cell.granularity)
+    monkeypatch.setattr(measure, "time_policy", _fake_time_policy([], seconds))
+    fitted, fit = measure.fit_card(dev, cell, raw, timing)
+    measured = {tuple(m["policy"].split(",")): m["measured_s"] for m in fit["measured"]}
+    assert fit["picks_slower_than_measured"] == []
+    assert measure.picks_off(cell, fitted, measured) == []
+    pick = plan(parse_card(fitted), budget).policy
+    rivals = [q for q in measured if policy_cost(card, q)[1] <= budget]
+    assert pick in measured and measured[pick] == min(measured[q] for q in rivals)

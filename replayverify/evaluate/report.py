@@ -268,8 +268,8 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
         "| cell | policies | "
         + " | ".join(f"{t} scale" for t in terms)
         + " | error before (rms / max) | after | leave one out | per segment: after | "
-        "leave one out | reference kernel ms |",
-        "|---|---|" + "---|" * len(terms) + "---|---|---|---|---|---|",
+        "leave one out | per segment: ridge | reference kernel ms |",
+        "|---|---|" + "---|" * len(terms) + "---|---|---|---|---|---|---|",
     ]
     for name, f in fits.items():
 
@@ -283,11 +283,34 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
             f"{err(f['error_leave_one_out'])} | "
             + (
                 f"{err(f['per_segment']['error_after'])} | "
-                f"{err(f['per_segment']['error_leave_one_out'])} |"
+                f"{err(f['per_segment']['error_leave_one_out'])} | "
+                f"{f['per_segment'].get('ridge', '—')} |"
                 if "per_segment" in f
-                else "— | — |"
+                else "— | — | — |"
             )
             + f" {_ms(f.get('probe_s'))} |"
+        )
+    off = [(name, o) for name, f in fits.items() for o in f.get("picks_slower_than_measured", [])]
+    lines.append("")
+    if off:
+        for name, o in off:
+            lines.append(
+                f"- {name}, {LABELS[o['method']]} at {o['budget'] / MiB:.0f} MiB: its pick was "
+                f"timed at {_ms(o['pick_s'])} ms, slower than another policy that fits "
+                f"({_ms(o['best_s'])} ms), at the loosest pull tried."
+            )
+    else:
+        lines.append(
+            "In every cell, each state-aware planner's pick that the calibration timed was the "
+            "fastest timed policy of its option set that fits the budget (the per-segment "
+            "pull towards 1 was loosened where needed: the ridge column)."
+        )
+    unmeasured = [(n, len(f["unmeasured_picks"])) for n, f in fits.items()
+                  if f.get("unmeasured_picks")]
+    if unmeasured:
+        lines.append(
+            "Picks of the fitted card that the calibration's rounds did not reach (not timed "
+            "there): " + ", ".join(f"{n} {k}" for n, k in unmeasured) + "."
         )
     return lines
 

@@ -497,25 +497,28 @@ def test_a_time_ratio_outside_the_band_says_what_was_measured() -> None:
 def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best(
     monkeypatch,
 ) -> None:
-    """Measured times in which a region at an even segment costs three times the card's
-    (the uniform region policy hides it among the others): at a budget that eager alone
-    does not fit, the fit is loosened until the joint planner's pick is the fastest timed
-    policy that fits, and says so (no pick slower than measured)."""
+    """Measured times in which every mix costs 30 % more than the sum of its segments (they
+    disturb each other; no per-segment scale says that): at a budget just under eager's
+    peak, the per-segment pull towards 1 is loosened until no state-aware pick that was
+    timed is slower than a timed rival that fits; the final pick is that fastest timed
+    policy or is listed as not timed. (With the fixed pull alone, a pick stays slower.)"""
     cell = _activation(0.05, segments=6, elements=16 * KiB)
     dev = cal.device("numpy")
     timing = measure.Timing(warmups=0, steps=1)
-    raw = measure.calibrate_card(dev, cell, 1, timing)
+    raw = measure.calibrate_card(dev, cell, 1, timing)  # its bytes; times set here:
+    for seg in raw["segments"]:  # deterministic, so is the planners' path
+        for option, cost in seg["options"].items():
+            cost["time"] = {"eager": 1.0, "whole": 1.6, "region": 1.2}[option] * 1e-3
+            cost.pop("state_time", None)
 
     def seconds(policy):
-        return sum(
-            seg["options"][o]["time"] * (3.0 if o == "region" and k % 2 == 0 else 1.0)
-            for k, (seg, o) in enumerate(zip(raw["segments"], policy))
-        )
+        base = sum(seg["options"][o]["time"] for seg, o in zip(raw["segments"], policy))
+        return base * (1.3 if len(set(policy)) > 1 else 1.0)
 
     card = parse_card(raw)
     lo = plan(card, 0).min_peak
     hi = policy_cost(card, ("eager",) * 6)[1]
-    budget = int(lo + 0.6 * (hi - lo))
+    budget = int(lo + 0.9 * (hi - lo))
     cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
                 cell.activation_elements, (budget,), cell.granularity)
     monkeypatch.setattr(measure, "time_policy", _fake_time_policy([], seconds))
@@ -523,6 +526,10 @@ def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best
     measured = {tuple(m["policy"].split(",")): m["measured_s"] for m in fit["measured"]}
     assert fit["picks_slower_than_measured"] == []
     assert measure.picks_off(cell, fitted, measured) == []
+    assert fit["per_segment"]["ridge"] < measure.FIT_RIDGE  # the correction was needed
     pick = plan(parse_card(fitted), budget).policy
-    rivals = [q for q in measured if policy_cost(card, q)[1] <= budget]
-    assert pick in measured and measured[pick] == min(measured[q] for q in rivals)
+    if pick in measured:
+        rivals = [q for q in measured if policy_cost(card, q)[1] <= budget]
+        assert measured[pick] == min(measured[q] for q in rivals)
+    else:
+        assert ",".join(pick) in fit["unmeasured_picks"]

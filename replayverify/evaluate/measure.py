@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -359,6 +360,7 @@ def fit_card(
     todo = {tuple(str(x) for x in rng.choice(OPTIONS, size=n)) for _ in range(FIT_RANDOM)}
     measured: dict[tuple[str, ...], float] = {}
     probes: list[float] = []
+    shares: list[float] = []
     fitted, report = card, None
     for _ in range(FIT_ROUNDS):
         todo -= set(measured)
@@ -369,6 +371,7 @@ def fit_card(
             for p in sorted(todo | set(uniform))
         }
         probes += [r["probe_s"] for r in rows.values()]
+        shares += [r["cpu_share"] for r in rows.values()]
         now = {p: r["time_s"] for p, r in rows.items()}
         speed = 1.0
         if measured:
@@ -399,6 +402,7 @@ def fit_card(
     ]
     report["unmeasured_picks"] = sorted(",".join(p) for p in todo - set(measured))
     report["probe_s"] = float(np.mean(probes))
+    report["cpu_share"] = float(np.mean(shares))
     return fitted, report
 
 
@@ -458,23 +462,28 @@ def time_policy(
     to less than ``MIN_TIMED_S`` (at most ``MAX_STEPS``): a step of a few milliseconds is
     at the mercy of the scheduler on a shared CPU. Call without allocation tracking (it
     slows the steps). ``probe_s``: :func:`speed_probe` before the warmups and after the
-    steps, their mean."""
+    steps, their mean; ``cpu_share``: the process's CPU time over the steps' wall time (below
+    1 when other jobs took the CPU from it; on CuPy the host's share only)."""
     before = speed_probe(dev)
     step.reset()
     for _ in range(warmups):
         execute(dev, step, policy, share)
     times: list[float] = []
+    cpu = 0.0
     while len(times) < steps or (sum(times) < MIN_TIMED_S and len(times) < MAX_STEPS):
         dev.sync()
+        c = time.process_time()
         a = dev.mark()
         execute(dev, step, policy, share)
         b = dev.mark()
+        cpu += time.process_time() - c
         times.append(dev.elapsed(a, b))
     return {
         "time_s": float(np.mean(times)),
         "time_min_s": float(min(times)),
         "times_s": times,
         "probe_s": (before + speed_probe(dev)) / 2,
+        "cpu_share": cpu / sum(times),
     }
 
 

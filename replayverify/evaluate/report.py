@@ -170,7 +170,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "kernel's time (a fixed elementwise kernel timed around every policy's steps) in "
         "the measuring processes over its time in the calibration process; 'at calibration "
         "speed' divides the time ratio by it. A time ratio outside [0.8, 1.25] says what "
-        "was measured about it in the note.",
+        "was measured about it in the note (with the steps' CPU share: process CPU time over "
+        "wall time, below 1 when other jobs took the CPU).",
         "",
         "| cell | budget MiB | method | predicted MiB | measured MiB | above start: measured / "
         "predicted | predicted ms | measured ms | measured / predicted | least step / "
@@ -236,6 +237,9 @@ def time_note(s: dict[str, Any]) -> str:
                 else f", still {at:.2f} at calibration speed"
             )
         )
+    share, cal_share = s.get("cpu_share"), s.get("calibration_cpu_share")
+    if share is not None and cal_share is not None:
+        parts.append(f"CPU share of the steps {share:.2f}, in the calibration {cal_share:.2f}")
     means = s.get("process_time_s") or []
     if len(means) > 1:
         lo, hi = min(means) / pt, max(means) / pt

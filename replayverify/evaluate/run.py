@@ -305,6 +305,10 @@ def summarise(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     # the machine's speed while this method was timed, against the
                     # calibration's (the reference kernel's seconds, measured / calibration)
                     s["machine_slowdown"] = float(np.mean([r["probe_s"] for r in ok])) / probe
+                if all("cpu_share" in r for r in ok):  # the CPU the steps had, as measured
+                    s["cpu_share"] = float(np.mean([r["cpu_share"] for r in ok]))
+                    fit = doc["cards"].get(e["cell"], {}).get("fit", {})
+                    s["calibration_cpu_share"] = fit.get("cpu_share")
                 s["peak"] = int(max(peaks))
                 s["peak_min"] = int(min(peaks))
                 s["peak_above_start"] = int(max(r["peak_above_start"] for r in ok))

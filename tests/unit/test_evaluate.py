@@ -426,7 +426,8 @@ def _fake_time_policy(calls: list, seconds: dict):
     def fake(dev, step, policy, share, warmups, steps):
         calls.append((tuple(policy), warmups, steps))
         t = seconds(tuple(policy))
-        return {"time_s": t, "time_min_s": t / 3, "times_s": [t], "probe_s": 1e-3}
+        return {"time_s": t, "time_min_s": t / 3, "times_s": [t], "probe_s": 1e-3,
+                "cpu_share": 1.0}
 
     return fake
 
@@ -470,6 +471,7 @@ def test_time_policy_reports_the_reference_kernel_around_the_steps() -> None:
     cell = _activation(0.05, segments=3, elements=1024)
     row = measure.time_policy(dev, make_step(np, cell), ("eager",) * 3, False, 0, 2)
     assert row["probe_s"] > 0 and len(row["times_s"]) >= 2
+    assert 0 < row["cpu_share"] <= 1.5  # CPU time over wall time (clocks differ a little)
     assert row["time_min_s"] <= row["time_s"]
 
 
@@ -488,6 +490,8 @@ def test_a_time_ratio_outside_the_band_says_what_was_measured() -> None:
         "reference kernel 1.70x its calibration time; 1.06 at calibration speed; "
         "process means 1.50-2.00 of predicted"
     )
+    shared = {**slow, "cpu_share": 0.97, "calibration_cpu_share": 0.61}
+    assert "CPU share of the steps 0.97, in the calibration 0.61" in time_note(shared)
     wrong = {**slow, "machine_slowdown": 1.0}
     assert "still 1.80 at calibration speed" in time_note(wrong)
     short = {"predicted_time_s": 0.001, "time_s": 0.0018}

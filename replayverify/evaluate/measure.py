@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,16 @@ from replayverify.evaluate.workloads import Cell, make_step, result_bytes
 from replayverify.programs.arrays import is_cupy_module
 
 OPTIONS = sg.OPTIONS
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """How a policy's plain steps are timed: ``warmups`` unmeasured steps, then ``steps``
+    measured ones (more while they add up to less than ``MIN_TIMED_S``). The calibration
+    times its cards and its fit exactly as the measuring processes time their rows."""
+
+    warmups: int = 2
+    steps: int = 5
 
 
 def execute(dev: Any, step: Any, policy: tuple[str, ...], share: bool, **kw: Any) -> Any:
@@ -72,7 +84,7 @@ class Recorder:
 
 
 def policy_costs(
-    dev: Any, cell: Cell, option: str, share: bool, steps: int
+    dev: Any, cell: Cell, option: str, share: bool, steps: int, timing: Timing
 ) -> tuple[int, list[dict[str, Any]]]:
     """(starting allocation, per-segment costs) of the uniform policy ``option`` on ``step``,
     run ``steps`` times (after one warmup) with per-segment instrumentation.
@@ -82,11 +94,12 @@ def policy_costs(
     interval's peak over what was live at its start by the model (persistent bytes plus the
     retained bytes of segments up to it, and journals still held); ``time`` the segment's
     forward and backward seconds (mean over steps) plus its share of the final redo (by
-    journal bytes), scaled so that the segments add up to the least time of plain
-    (uninstrumented) steps of the same policy (at least five, after a warmup): on a shared
-    CPU the least is the step least disturbed by other jobs. The ``state_*`` parts are the
-    anchor or journal bytes, the transaction's copy of the visible state, and the
-    preserve/recover seconds (scaled alike).
+    journal bytes), scaled so that the segments add up to the mean time of plain
+    (uninstrumented) steps of the same policy, timed as the measuring processes time them
+    (``timing``: the same warmups and steps, :func:`time_policy`), since the mean step is
+    what the report compares. The ``state_*`` parts are the anchor or journal bytes, the
+    transaction's copy of the visible state, and the preserve/recover seconds (scaled
+    alike).
 
     The instrumented steps run with allocation tracking (from before the step is built, so
     that the starting allocation counts it), the plain ones without: ``tracemalloc`` slows
@@ -110,8 +123,8 @@ def policy_costs(
             runs.append((base, tally, rec))
     # instrumentation (a mark and an allocation reading at every phase) costs more for
     # options with more phases; it only apportions: each segment's seconds are scaled so
-    # that their sum is the median of plain, uninstrumented steps of the same policy
-    plain = time_policy(dev, step, policy, share, 1, max(5, steps))["time_min_s"]
+    # that their sum is the mean of plain, uninstrumented steps of the same policy
+    plain = time_policy(dev, step, policy, share, timing.warmups, timing.steps)["time_s"]
     tally = runs[0][1]
     r = tally.retained
     journal = [tally.journal[k] for k in range(n)]
@@ -169,14 +182,16 @@ def _card(name: str, persistent: int, options: list[dict[str, Any]]) -> dict[str
     }
 
 
-def calibrate_card(dev: Any, cell: Cell, steps: int) -> dict[str, Any]:
+def calibrate_card(
+    dev: Any, cell: Cell, steps: int, timing: Timing = Timing()
+) -> dict[str, Any]:
     """A profile card for ``cell``: every uniform policy (eager, whole, region; whole with
     one anchor per segment, as a planner's whole option executes) calibrated by
     :func:`policy_costs`. Its persistent bytes are the least starting allocation seen."""
     options: list[dict[str, Any]] = [{} for _ in range(cell.segments)]
     persistent = None
     for option in OPTIONS:
-        base, costs = policy_costs(dev, cell, option, False, steps)
+        base, costs = policy_costs(dev, cell, option, False, steps, timing)
         dev.release()
         persistent = base if persistent is None else min(persistent, base)
         for k, cost in enumerate(costs):
@@ -184,22 +199,26 @@ def calibrate_card(dev: Any, cell: Cell, steps: int) -> dict[str, Any]:
     return _card(f"evaluate-{cell.name}", persistent or 0, options)
 
 
-def calibrate_shared_whole(dev: Any, cell: Cell, steps: int) -> dict[str, Any]:
+def calibrate_shared_whole(
+    dev: Any, cell: Cell, steps: int, timing: Timing = Timing()
+) -> dict[str, Any]:
     """The card of the uniform whole method with shared anchors (the paper's whole-snapshot
     method of Table 8: one snapshot before segment 0, backward restores it once and replays
     the segments in order). Each segment carries its share of that one run (the first one
     the anchor), so the card prices that uniform policy only, not any mix: a planner's
     whole option is priced by :func:`calibrate_card`."""
-    base, costs = policy_costs(dev, cell, "whole", True, steps)
+    base, costs = policy_costs(dev, cell, "whole", True, steps, timing)
     return _card(f"evaluate-{cell.name}-shared-whole", base, [{"whole": c} for c in costs])
 
 
 # --- the time model: fitted to plain steps of uniform, random and planned policies -----------
 
 FIT_RANDOM = 2  # random mixed policies per cell
-FIT_REPS = 3  # rounds; in each, every policy runs a warmup and a timed step
 FIT_ROUNDS = 3  # re-plan on the fitted card and time new picks at most this many times
 FIT_RIDGE = 0.3  # pull of each scale towards 1 (the uncorrected card)
+# the per-segment stage's pull, loosened step by step while a planner's pick was measured
+# slower than another timed policy it could have picked (the model orders them wrongly)
+FIT_RIDGES = (FIT_RIDGE, 0.1, 0.03, 0.01, 0.003)
 FIT_SEED = 20260601
 
 
@@ -215,7 +234,10 @@ def _design(card: dict[str, Any], policy: tuple[str, ...], per_segment: bool) ->
 
 
 def fit_scales(
-    card: dict[str, Any], measured: dict[tuple[str, ...], float], per_segment: bool = False
+    card: dict[str, Any],
+    measured: dict[tuple[str, ...], float],
+    per_segment: bool = False,
+    ridge: float = FIT_RIDGE,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Scales of the card's times (one per option, or per segment and option) that make its
     sums match the measured plain step times, by least squares on relative error with a
@@ -227,8 +249,8 @@ def fit_scales(
 
     def solve(rows: np.ndarray) -> np.ndarray:
         k = int(used.sum())
-        lhs = np.vstack([rows[:, used], FIT_RIDGE * np.eye(k)])
-        rhs = np.concatenate([np.ones(len(rows)), FIT_RIDGE * np.ones(k)])
+        lhs = np.vstack([rows[:, used], ridge * np.eye(k)])
+        rhs = np.concatenate([np.ones(len(rows)), ridge * np.ones(k)])
         scale = np.ones(A.shape[1])
         scale[used] = np.clip(np.linalg.lstsq(lhs, rhs, rcond=None)[0], 0.5, 2.0)
         return scale
@@ -247,6 +269,7 @@ def fit_scales(
 
     report = {
         "policies": len(policies),
+        "ridge": ridge,
         "error_before": summary(before),
         "error_after": summary(after),
         "error_leave_one_out": summary(loo),
@@ -277,18 +300,55 @@ def _planned(cell: Cell, card: dict[str, Any]) -> set[tuple[str, ...]]:
     return {tuple(e["policy"]) for e in plan_methods(cell, card) if e["policy"] is not None}
 
 
-def fit_card(dev: Any, cell: Cell, card: dict[str, Any]) -> tuple[dict[str, Any], dict]:
+def picks_off(
+    cell: Cell, card: dict[str, Any], measured: dict[tuple[str, ...], float]
+) -> list[dict[str, Any]]:
+    """The state-aware planners' picks (joint, eager/whole; every budget of ``cell``) that
+    were timed and measured slower than another timed policy of their option set that fits
+    the same budget on ``card``: where the card orders measured policies wrongly."""
+    from replayverify.evaluate.run import plan_methods
+    from replayverify.planner import parse_card, policy_cost
+
+    parsed = parse_card(card)
+    options = {"joint": set(OPTIONS), "eager/whole": {"eager", "whole"}}
+    out = []
+    for e in plan_methods(cell, card):
+        pick = None if e["policy"] is None else tuple(e["policy"])
+        if e["method"] not in options or pick not in measured:
+            continue
+        rivals = [
+            q
+            for q in measured
+            if set(q) <= options[e["method"]] and policy_cost(parsed, q)[1] <= e["budget"]
+        ]
+        best = min(rivals, key=measured.__getitem__)
+        if measured[best] < measured[pick]:
+            out.append(
+                {
+                    "method": e["method"],
+                    "budget": e["budget"],
+                    "pick": ",".join(pick),
+                    "pick_s": measured[pick],
+                    "best": ",".join(best),
+                    "best_s": measured[best],
+                }
+            )
+    return out
+
+
+def fit_card(
+    dev: Any, cell: Cell, card: dict[str, Any], timing: Timing = Timing()
+) -> tuple[dict[str, Any], dict]:
     """Fit the card's time model to plain steps measured here, and re-plan on it until the
     planners' picks are all measured (at most ``FIT_ROUNDS`` times).
 
     Measured: the uniform policies, ``FIT_RANDOM`` random mixes and every policy a planner
-    picks at the cell's budgets (state-agnostic, eager/whole, joint): ``FIT_REPS`` rounds
-    in which every policy runs a warmup and timed steps (one, or more while they add up to
-    less than a third of ``MIN_TIMED_S``; the policies take turns, so that a change of load
-    falls on all; the warmup keeps one policy's allocations from
-    disturbing the next one's timing); a policy's time is its least. The uniform policies
-    run in every round and bring later rounds to the first one's speed. Returns the fitted card and
-    the fit's record (scales, errors, every policy's measured and predicted seconds).
+    picks at the cell's budgets (state-agnostic, eager/whole, joint), each timed as a
+    measuring process times it (:func:`time_policy` with ``timing``); a policy's time is its
+    mean step, the statistic the report compares. The uniform policies are timed in every
+    round and bring later rounds to the first one's speed. Returns the fitted card and the
+    fit's record (scales, errors, every policy's measured and predicted seconds, and the
+    reference kernel's seconds while they were timed: :func:`speed_probe`).
     """
     step = make_step(dev.xp, cell)
     n = step.segments
@@ -299,12 +359,20 @@ def fit_card(dev: Any, cell: Cell, card: dict[str, Any]) -> tuple[dict[str, Any]
     uniform = [(o,) * n for o in OPTIONS]
     todo = {tuple(str(x) for x in rng.choice(OPTIONS, size=n)) for _ in range(FIT_RANDOM)}
     measured: dict[tuple[str, ...], float] = {}
+    probes: list[float] = []
+    shares: list[float] = []
     fitted, report = card, None
     for _ in range(FIT_ROUNDS):
         todo -= set(measured)
         if not todo and measured:
             break
-        now = _time_together(dev, step, sorted(todo | set(uniform)))
+        rows = {
+            p: time_policy(dev, step, p, False, timing.warmups, timing.steps)
+            for p in sorted(todo | set(uniform))
+        }
+        probes += [r["probe_s"] for r in rows.values()]
+        shares += [r["cpu_share"] for r in rows.values()]
+        now = {p: r["time_s"] for p, r in rows.items()}
         speed = 1.0
         if measured:
             speed = float(np.exp(np.mean([np.log(measured[u] / now[u]) for u in uniform])))
@@ -312,9 +380,15 @@ def fit_card(dev: Any, cell: Cell, card: dict[str, Any]) -> tuple[dict[str, Any]
         scale, report = fit_scales(card, measured)
         per_option = scaled_card(card, scale)
         # then one scale per segment and option, on the residuals: a mix's segments do
-        # not always cost what they cost among their own kind
-        fine, report["per_segment"] = fit_scales(per_option, measured, per_segment=True)
-        fitted = scaled_card(per_option, fine)
+        # not always cost what they cost among their own kind; pulled towards 1 less and
+        # less while a planner's pick was measured slower than a timed rival it could
+        # have picked (the model is corrected until its choice is the measured best)
+        for ridge in FIT_RIDGES:
+            fine, report["per_segment"] = fit_scales(per_option, measured, True, ridge)
+            fitted = scaled_card(per_option, fine)
+            report["picks_slower_than_measured"] = picks_off(cell, fitted, measured)
+            if not report["picks_slower_than_measured"]:
+                break
         todo = _planned(cell, fitted)
     assert report is not None
     report["measured"] = [
@@ -327,26 +401,9 @@ def fit_card(dev: Any, cell: Cell, card: dict[str, Any]) -> tuple[dict[str, Any]
         for p, t in measured.items()
     ]
     report["unmeasured_picks"] = sorted(",".join(p) for p in todo - set(measured))
+    report["probe_s"] = float(np.mean(probes))
+    report["cpu_share"] = float(np.mean(shares))
     return fitted, report
-
-
-def _time_together(
-    dev: Any, step: Any, policies: list[tuple[str, ...]]
-) -> dict[tuple[str, ...], float]:
-    """Least plain step seconds of each policy over ``FIT_REPS`` rounds."""
-    step.reset()
-    times: dict[tuple[str, ...], list[float]] = {p: [] for p in policies}
-    for r in range(FIT_REPS):
-        for p in policies[r % len(policies) :] + policies[: r % len(policies)]:
-            execute(dev, step, p, False)
-            spent = 0.0
-            while spent < MIN_TIMED_S / FIT_REPS and len(times[p]) < MAX_STEPS:
-                dev.sync()
-                a = dev.mark()
-                execute(dev, step, p, False)
-                times[p].append(dev.elapsed(a, dev.mark()))
-                spent += times[p][-1]
-    return {p: float(min(t)) for p, t in times.items()}
 
 
 def semantic_check(
@@ -371,24 +428,63 @@ MIN_TIMED_S = 0.1  # short steps are repeated until they add up to this
 MAX_STEPS = 50
 
 
+PROBE_ELEMENTS = 1 << 19  # 2 MiB of float32: a large activation at the default scale
+PROBE_REPEATS = 3
+
+
+def speed_probe(dev: Any) -> float:
+    """Seconds of a fixed reference kernel (``tanh``, a product and a sum over 2 MiB of
+    float32, four times: the elementwise work the steps do), least of ``PROBE_REPEATS``:
+    the machine's speed at this moment. Timed around every policy's steps in the
+    calibration and in the measuring processes, it tells a change of the machine's speed
+    between them from a wrong card."""
+    xp = dev.xp
+    x = xp.linspace(-2.0, 2.0, PROBE_ELEMENTS, dtype=xp.float32)
+    y, z = xp.empty_like(x), xp.empty_like(x)
+    best = float("inf")
+    for _ in range(PROBE_REPEATS):
+        dev.sync()
+        a = dev.mark()
+        for _ in range(4):
+            xp.tanh(x, out=y)
+            xp.multiply(x, y, out=z)
+            xp.add(z, y, out=y)
+        dev.sync()
+        best = min(best, dev.elapsed(a, dev.mark()))
+    del x, y, z
+    return best
+
+
 def time_policy(
     dev: Any, step: Any, policy: tuple[str, ...], share: bool, warmups: int, steps: int
 ) -> dict[str, Any]:
     """Mean and least synchronized step time over ``steps`` steps, or more while they add up
     to less than ``MIN_TIMED_S`` (at most ``MAX_STEPS``): a step of a few milliseconds is
     at the mercy of the scheduler on a shared CPU. Call without allocation tracking (it
-    slows the steps). The least is the step least disturbed by other jobs."""
+    slows the steps). ``probe_s``: :func:`speed_probe` before the warmups and after the
+    steps, their mean; ``cpu_share``: the process's CPU time over the steps' wall time (below
+    1 when other jobs took the CPU from it; on CuPy the host's share only)."""
+    before = speed_probe(dev)
     step.reset()
     for _ in range(warmups):
         execute(dev, step, policy, share)
     times: list[float] = []
+    cpu = 0.0
     while len(times) < steps or (sum(times) < MIN_TIMED_S and len(times) < MAX_STEPS):
         dev.sync()
+        c = time.process_time()
         a = dev.mark()
         execute(dev, step, policy, share)
         b = dev.mark()
+        cpu += time.process_time() - c
         times.append(dev.elapsed(a, b))
-    return {"time_s": float(np.mean(times)), "time_min_s": float(min(times)), "times_s": times}
+    return {
+        "time_s": float(np.mean(times)),
+        "time_min_s": float(min(times)),
+        "times_s": times,
+        "probe_s": (before + speed_probe(dev)) / 2,
+        "cpu_share": cpu / sum(times),
+    }
 
 
 def peak_policy(
@@ -422,12 +518,15 @@ def serve(request: dict[str, Any]) -> dict[str, Any]:
     for cdoc in request["cells"]:
         cell = _cell(cdoc["cell"])
         if request["mode"] == "calibrate":
-            raw = calibrate_card(dev, cell, request["steps"])
-            fitted, fit = fit_card(dev, cell, raw)
+            timing = Timing(**request["timing"])
+            raw = calibrate_card(dev, cell, request["steps"], timing)
+            fitted, fit = fit_card(dev, cell, raw, timing)
             dev.release()
             card = {"card": fitted, "unfitted": raw, "fit": fit}
             if cdoc["shared_whole"]:
-                card["shared_whole"] = calibrate_shared_whole(dev, cell, request["steps"])
+                card["shared_whole"] = calibrate_shared_whole(
+                    dev, cell, request["steps"], timing
+                )
                 dev.release()
             out["cells"][cell.name] = card
         else:

@@ -163,17 +163,20 @@ def markdown(doc: dict[str, Any]) -> str:
         "Peak: the card's persistent bytes plus retained plus largest temporary, against the "
         "measured starting allocation plus the step's peak above it; the ratio compares the "
         "parts above the step's start (the starting allocation drifts by a few KiB of Python "
-        "objects between processes). Time: the sum of the card's per-segment times against "
-        "the measured mean, and against the least step (mean over processes of each "
-        "process's fastest step): the card's times are the calibration's least plain "
-        "steps, since on a shared CPU the least is the step least disturbed by other jobs. "
-        "A least-step ratio outside [0.8, 1.25] is marked with the reason when one is "
-        "known.",
+        "objects between processes). Time: the sum of the card's per-segment times (plain "
+        "steps timed in the calibration process exactly as the measuring processes time "
+        "them, mean step, then fitted) against the measured mean (mean over processes of "
+        "each process's mean step), and the least step beside it. Machine: the reference "
+        "kernel's time (a fixed elementwise kernel timed around every policy's steps) in "
+        "the measuring processes over its time in the calibration process; 'at calibration "
+        "speed' divides the time ratio by it. A time ratio outside [0.8, 1.25] says what "
+        "was measured about it in the note (with the steps' CPU share: process CPU time over "
+        "wall time, below 1 when other jobs took the CPU).",
         "",
         "| cell | budget MiB | method | predicted MiB | measured MiB | above start: measured / "
         "predicted | predicted ms | measured ms | measured / predicted | least step / "
-        "predicted | note | semantic checks |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "predicted | machine | at calibration speed | note | semantic checks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in doc["summary"]:
         if s["infeasible"]:
@@ -185,20 +188,16 @@ def markdown(doc: dict[str, Any]) -> str:
         rt = "—" if mt is None or not pt else f"{mt / pt:.3f}"
         ma_t = s.get("time_min_s")
         rs = "—" if ma_t is None or not pt else f"{ma_t / pt:.3f}"
-        note = ""
-        if ma_t is not None and pt and not 0.8 <= ma_t / pt <= 1.25:
-            note = (
-                "steps under 5 ms: timer and interpreter noise"
-                if ma_t < 5e-3
-                else "outside [0.8, 1.25]"
-            )
+        slow = s.get("machine_slowdown")
+        sl = "—" if slow is None else f"{slow:.2f}"
+        rn = "—" if slow is None or mt is None or not pt else f"{mt / pt / slow:.3f}"
         sem = f"{s['semantic_pass']} pass" + (
             f", {s['semantic_fail']} FAIL" if s["semantic_fail"] else ""
         )
         lines.append(
             f"| {s['cell']} | {s['budget'] / MiB:.0f} | {LABELS[s['method']]} | "
-            f"{_mib(pr)} | {_mib(mp)} | {rp} | {_ms(pt)} | {_ms(mt)} | {rt} | {rs} | {note} | "
-            f"{sem} |"
+            f"{_mib(pr)} | {_mib(mp)} | {rp} | {_ms(pt)} | {_ms(mt)} | {rt} | {rs} | {sl} | "
+            f"{rn} | {time_note(s)} | {sem} |"
         )
     lines += _fit_lines(doc) + _rank_lines(doc)
     fails = [s for s in doc["summary"] if not s["infeasible"] and s["semantic_fail"]]
@@ -218,6 +217,38 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def time_note(s: dict[str, Any]) -> str:
+    """Why a method's measured / predicted mean time is outside [0.8, 1.25], in measured
+    terms only: the machine's speed against the calibration's (the reference kernel), the
+    spread of the processes' means around the prediction, steps too short to time well.
+    Empty inside the band."""
+    pt, mt = s.get("predicted_time_s"), s.get("time_s")
+    if not pt or mt is None or 0.8 <= mt / pt <= 1.25:
+        return ""
+    parts = []
+    slow = s.get("machine_slowdown")
+    if slow is not None:
+        at = mt / pt / slow
+        parts.append(
+            f"reference kernel {slow:.2f}x its calibration time"
+            + (
+                f"; {at:.2f} at calibration speed"
+                if 0.8 <= at <= 1.25
+                else f", still {at:.2f} at calibration speed"
+            )
+        )
+    share, cal_share = s.get("cpu_share"), s.get("calibration_cpu_share")
+    if share is not None and cal_share is not None:
+        parts.append(f"CPU share of the steps {share:.2f}, in the calibration {cal_share:.2f}")
+    means = s.get("process_time_s") or []
+    if len(means) > 1:
+        lo, hi = min(means) / pt, max(means) / pt
+        parts.append(f"process means {lo:.2f}-{hi:.2f} of predicted")
+    if mt < 5e-3:
+        parts.append("steps under 5 ms")
+    return "; ".join(parts) or "outside [0.8, 1.25]"
+
+
 def _fit_lines(doc: dict[str, Any]) -> list[str]:
     fits = {n: c["fit"] for n, c in doc["cards"].items() if "fit" in c}
     if not fits:
@@ -228,19 +259,21 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
         "## Time model (fitted in the calibration process)",
         "",
         "Each card's per-segment times come from instrumented steps of the uniform policies, "
-        "scaled to their plain steps. The calibration process then times plain steps of the "
-        "uniform policies, random mixes and every planner pick at the cell's budgets "
-        "(re-planning on the fitted card until its picks are measured) and fits one scale "
+        "scaled to their plain steps' mean. The calibration process then times plain steps "
+        "of the uniform policies, random mixes and every planner pick at the cell's budgets "
+        "(re-planning on the fitted card until its picks are measured), each as a measuring "
+        "process times it (the same warmups and steps, the mean step), and fits one scale "
         "per option by least squares on relative error, pulled towards 1, then one scale "
         "per segment and option on what remains. Errors: predicted / measured - 1 over the "
         "timed policies, RMS and largest, for the card as calibrated, as fitted, and "
-        "fitted without the policy it predicts (leave one out).",
+        "fitted without the policy it predicts (leave one out). Reference kernel: its mean "
+        "time while the fit's policies were timed (the machine's speed then).",
         "",
         "| cell | policies | "
         + " | ".join(f"{t} scale" for t in terms)
         + " | error before (rms / max) | after | leave one out | per segment: after | "
-        "leave one out |",
-        "|---|---|" + "---|" * len(terms) + "---|---|---|---|---|",
+        "leave one out | per segment: ridge | reference kernel ms |",
+        "|---|---|" + "---|" * len(terms) + "---|---|---|---|---|---|---|",
     ]
     for name, f in fits.items():
 
@@ -254,10 +287,34 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
             f"{err(f['error_leave_one_out'])} | "
             + (
                 f"{err(f['per_segment']['error_after'])} | "
-                f"{err(f['per_segment']['error_leave_one_out'])} |"
+                f"{err(f['per_segment']['error_leave_one_out'])} | "
+                f"{f['per_segment'].get('ridge', '—')} |"
                 if "per_segment" in f
-                else "— | — |"
+                else "— | — | — |"
             )
+            + f" {_ms(f.get('probe_s'))} |"
+        )
+    off = [(name, o) for name, f in fits.items() for o in f.get("picks_slower_than_measured", [])]
+    lines.append("")
+    if off:
+        for name, o in off:
+            lines.append(
+                f"- {name}, {LABELS[o['method']]} at {o['budget'] / MiB:.0f} MiB: its pick was "
+                f"timed at {_ms(o['pick_s'])} ms, slower than another policy that fits "
+                f"({_ms(o['best_s'])} ms), at the loosest pull tried."
+            )
+    else:
+        lines.append(
+            "In every cell, each state-aware planner's pick that the calibration timed was the "
+            "fastest timed policy of its option set that fits the budget (the per-segment "
+            "pull towards 1 was loosened where needed: the ridge column)."
+        )
+    unmeasured = [(n, len(f["unmeasured_picks"])) for n, f in fits.items()
+                  if f.get("unmeasured_picks")]
+    if unmeasured:
+        lines.append(
+            "Picks of the fitted card that the calibration's rounds did not reach (not timed "
+            "there): " + ", ".join(f"{n} {k}" for n, k in unmeasured) + "."
         )
     return lines
 
@@ -272,7 +329,7 @@ def _rank_lines(doc: dict[str, Any]) -> list[str]:
         "",
         "Per cell and budget, the distinct executed policies that fit the budget in every "
         "process: Kendall's tau between the card's and the measured order of their times "
-        "(least steps; 1: the same order), the measured order (fastest first; methods that "
+        "(mean steps; 1: the same order), the measured order (fastest first; methods that "
         "executed the same policy share a place), and the joint planner's measured time over "
         "the fastest.",
         "",

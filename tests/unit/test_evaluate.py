@@ -423,11 +423,11 @@ def _fake_time_policy(calls: list, seconds: dict):
     """A stand-in for measure.time_policy: records its (policy, warmups, steps) and answers
     a mean of ``seconds[policy]`` and a least step a third of it."""
 
-    def fake(dev, step, policy, share, warmups, steps):
+    def fake(dev, step, policy, share, warmups, steps, min_timed_s=0.1, probe=True):
         calls.append((tuple(policy), warmups, steps))
         t = seconds(tuple(policy))
-        return {"time_s": t, "time_min_s": t / 3, "times_s": [t], "probe_s": 1e-3,
-                "cpu_share": 1.0}
+        return {"time_s": t, "time_min_s": t / 3, "times_s": [t] * steps,
+                "cpu_share": 1.0, **({"probe_s": 1e-3} if probe else {})}
 
     return fake
 
@@ -455,10 +455,12 @@ def test_the_card_predicts_the_mean_step_timed_as_the_measuring_processes_time_i
     assert calls and all((w, s) == (3, 7) for _, w, s in calls)
     calls.clear()
     _, fit = measure.fit_card(dev, cell, raw, timing)
-    assert calls and all((w, s) == (3, 7) for _, w, s in calls)
+    # the fit's blocks: one warmup, the measuring processes' 7 steps spread over 4 blocks
+    assert calls and all((w, s) == (1, 2) for _, w, s in calls)
     for m in fit["measured"]:
         assert m["measured_s"] == pytest.approx(seconds(tuple(m["policy"].split(","))))
-    assert fit["probe_s"] == pytest.approx(1e-3)
+        assert m["spread_s"] == 0 and len(m["blocks_s"]) == measure.FIT_BLOCKS
+    assert 0 < fit["probe_s"] < 1  # the real reference kernel, around the blocks
     uniform = [m for m in fit["measured"] if len(set(m["policy"].split(","))) == 1]
     assert len(uniform) == 3
     for m in uniform:  # the unfitted card already predicts the uniform policies' means
@@ -537,3 +539,71 @@ def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best
         assert measured[pick] == min(measured[q] for q in rivals)
     else:
         assert ",".join(pick) in fit["unmeasured_picks"]
+
+
+def test_the_fit_times_its_policies_in_interleaved_blocks_with_a_spread(monkeypatch) -> None:
+    """Each policy is timed in FIT_BLOCKS blocks, round robin with the order rotated by one
+    per block (a change of the machine's speed falls on all alike); its time is the mean
+    of all its blocks' steps and its spread the standard error of its block means."""
+    calls: list = []
+    drift = iter(np.linspace(1.0, 1.5, 100))  # the machine slows down as the blocks go
+
+    def fake(dev, step, policy, share, warmups, steps, min_timed_s=0.1, probe=True):
+        calls.append(tuple(policy))
+        t = {"eager": 1.0, "whole": 2.0, "region": 3.0}[policy[0]] * next(drift)
+        return {"time_s": t, "time_min_s": t, "times_s": [t] * steps, "cpu_share": 1.0}
+
+    monkeypatch.setattr(measure, "time_policy", fake)
+    dev = cal.device("numpy")
+    policies = [(o,) * 2 for o in measure.OPTIONS]
+    rows = measure.time_interleaved(dev, None, policies, measure.Timing(2, 5), blocks=4)
+    assert len(calls) == 12
+    blocks = [calls[i : i + 3] for i in range(0, 12, 3)]
+    assert all(sorted(b) == sorted(policies) for b in blocks)  # round robin
+    assert [b[0] for b in blocks] == [policies[0], policies[1], policies[2], policies[0]]
+    for p, row in rows.items():
+        assert len(row["blocks_s"]) == 4
+        assert row["time_s"] == pytest.approx(np.mean(row["blocks_s"]))
+        sem = np.std(row["blocks_s"], ddof=1) / 2
+        assert row["spread_s"] == pytest.approx(sem) and sem > 0
+        assert 0 < row["probe_s"] < 1
+    # the drift fell on every policy alike: each one's mean is within the drift's range
+    ratio = rows[policies[2]]["time_s"] / rows[policies[0]]["time_s"]
+    assert 2.8 < ratio < 3.2
+
+
+def test_a_pick_tied_with_a_simpler_policy_within_the_spread_is_off() -> None:
+    """Where the calibration cannot order the joint pick and a simpler timed rival (means
+    within TIE_Z standard errors), the pick is off until the fit prefers the simpler one,
+    and the fit aims the pick above it; without a spread the faster pick stands."""
+    cell = _activation(0.05, segments=6, elements=16 * KiB)
+    dev = cal.device("numpy")
+    raw = measure.calibrate_card(dev, cell, 1, measure.Timing(warmups=0, steps=1))
+    for seg in raw["segments"]:
+        for option, cost in seg["options"].items():
+            cost["time"] = {"eager": 1.0, "whole": 1.6, "region": 1.2}[option] * 1e-3
+            cost.pop("state_time", None)
+    card = parse_card(raw)
+    lo = plan(card, 0).min_peak
+    hi = policy_cost(card, ("eager",) * 6)[1]
+    budget = int(lo + 0.9 * (hi - lo))
+    cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
+                cell.activation_elements, (budget,), cell.granularity)
+    pick = plan(card, budget).policy
+    assert len(set(pick)) > 1  # a mix
+    region = ("region",) * 6
+    assert policy_cost(card, region)[1] <= budget
+    measured = {pick: 0.0100, region: 0.0102}
+    assert measure.picks_off(cell, raw, measured) == []  # no spread: the pick is fastest
+    spread = {pick: 0.0002, region: 0.0002}  # 0.2 ms apart, within 2 x 0.28 ms
+    off = measure.picks_off(cell, raw, measured, spread)
+    assert [(o["method"], o["pick"], o["best"], o["tied"]) for o in off] == [
+        ("joint", ",".join(pick), ",".join(region), True)
+    ]
+    target, ties = measure.fit_targets(cell, raw, measured, spread)
+    assert target[region] == measured[region]
+    assert target[pick] == pytest.approx(0.0102 * (1 + measure.TIE_MARGIN))
+    assert [(t["method"], t["preferred"]) for t in ties] == [("joint", ",".join(region))]
+    far = {pick: 0.0100, region: 0.0120}  # 2 ms apart: beyond the spread, the pick stands
+    assert measure.picks_off(cell, raw, far, spread) == []
+    assert measure.fit_targets(cell, raw, far, spread) == (far, [])

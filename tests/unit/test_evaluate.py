@@ -561,7 +561,7 @@ def test_the_fit_times_its_policies_in_interleaved_blocks_with_a_spread(monkeypa
     blocks = [calls[i : i + 3] for i in range(0, 12, 3)]
     assert all(sorted(b) == sorted(policies) for b in blocks)  # round robin
     assert [b[0] for b in blocks] == [policies[0], policies[1], policies[2], policies[0]]
-    for p, row in rows.items():
+    for row in rows.values():
         assert len(row["blocks_s"]) == 4
         assert row["time_s"] == pytest.approx(np.mean(row["blocks_s"]))
         sem = np.std(row["blocks_s"], ddof=1) / 2
@@ -607,3 +607,68 @@ def test_a_pick_tied_with_a_simpler_policy_within_the_spread_is_off() -> None:
     far = {pick: 0.0100, region: 0.0120}  # 2 ms apart: beyond the spread, the pick stands
     assert measure.picks_off(cell, raw, far, spread) == []
     assert measure.fit_targets(cell, raw, far, spread) == (far, [])
+
+
+def test_the_fit_breaks_a_tie_within_the_spread_towards_the_simpler_policy(monkeypatch) -> None:
+    """Blocks that alternate 10 % above and below each policy's true time give every timed
+    policy a spread of about 6 %: uniform regions (6 region segments) and the joint
+    planner's cheaper mixes are then within it; the fit records the tie, aims the tied
+    mixes above uniform regions, and ends with no timed pick off and none of those mixes
+    as the joint pick: uniform regions, or a pick it did not time (a permutation of a
+    mix, which the rounds can keep finding). Without a spread the same truth keeps the
+    mix and records no tie."""
+    cell = _activation(0.05, segments=6, elements=16 * KiB)
+    dev = cal.device("numpy")
+    timing = measure.Timing(warmups=0, steps=1)
+    raw = measure.calibrate_card(dev, cell, 1, timing)
+    for seg in raw["segments"]:
+        for option, cost in seg["options"].items():
+            cost["time"] = {"eager": 1.0, "whole": 1.6, "region": 1.2}[option] * 1e-3
+            cost.pop("state_time", None)
+    card = parse_card(raw)
+    lo = plan(card, 0).min_peak
+    hi = policy_cost(card, ("eager",) * 6)[1]
+    budget = int(lo + 0.9 * (hi - lo))
+    cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
+                cell.activation_elements, (budget,), cell.granularity)
+    region = ("region",) * 6
+    truth = {p: policy_cost(card, p)[0] for p in [plan(card, budget).policy, region]}
+    assert (truth[region] - min(truth.values())) / truth[region] < 0.16  # within the tie
+
+    def run(noise: float) -> tuple[tuple[str, ...], dict]:
+        count = [0]
+
+        def fake(dev, step, policy, share, warmups, steps, min_timed_s=0.1, probe=True):
+            count[0] += 1
+            blk = (count[0] - 1) // len(policies[0]) if policies else 0
+            sign = 1 if blk % 2 == 0 else -1
+            t = policy_cost(card, tuple(policy))[0] * (1 + sign * noise)
+            return {"time_s": t, "time_min_s": t, "times_s": [t] * steps, "cpu_share": 1.0}
+
+        policies: list = []
+        real = measure.time_interleaved
+
+        def interleaved(dev, step, ps, timing, blocks=measure.FIT_BLOCKS):
+            policies[:] = [ps]
+            count[0] = 0
+            return real(dev, step, ps, timing, blocks)
+
+        monkeypatch.setattr(measure, "time_policy", fake)
+        monkeypatch.setattr(measure, "time_interleaved", interleaved)
+        fitted, fit = measure.fit_card(dev, cell, raw, timing)
+        return plan(parse_card(fitted), budget).policy, fit
+
+    pick, fit = run(0.0)
+    assert pick != region and fit["ties"] == []
+    pick, fit = run(0.10)
+    assert fit["ties"] and fit["picks_slower_than_measured"] == []
+    measured = {tuple(m["policy"].split(",")): m for m in fit["measured"]}
+    assert all(m["spread_s"] > 0 for m in measured.values())
+    raised = {tuple(q.split(",")) for t in fit["ties"] for q in t["raised"]}
+    assert raised and pick not in raised
+    for q in raised:
+        assert measured[q]["target_s"] > measured[region]["measured_s"]
+    if pick in measured:
+        assert pick == region
+    else:
+        assert ",".join(pick) in fit["unmeasured_picks"]

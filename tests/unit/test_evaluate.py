@@ -500,6 +500,25 @@ def test_a_time_ratio_outside_the_band_says_what_was_measured() -> None:
     assert time_note(short) == "steps under 5 ms"
 
 
+def _six_segment_card(dev, timing) -> tuple:
+    """A six-segment activation cell's calibrated card with deterministic times (eager 1.0,
+    whole 1.6, region 1.2 ms per segment; so is the planners' path), and the cell with one
+    budget 0.9 of the way from the least peak to eager's: (cell, card, parsed, budget)."""
+    cell = _activation(0.05, segments=6, elements=16 * KiB)
+    raw = measure.calibrate_card(dev, cell, 1, timing)  # its bytes; times set here:
+    for seg in raw["segments"]:
+        for option, cost in seg["options"].items():
+            cost["time"] = {"eager": 1.0, "whole": 1.6, "region": 1.2}[option] * 1e-3
+            cost.pop("state_time", None)
+    card = parse_card(raw)
+    lo = plan(card, 0).min_peak
+    hi = policy_cost(card, ("eager",) * 6)[1]
+    budget = int(lo + 0.9 * (hi - lo))
+    cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
+                cell.activation_elements, (budget,), cell.granularity)
+    return cell, raw, card, budget
+
+
 def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best(
     monkeypatch,
 ) -> None:
@@ -508,25 +527,13 @@ def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best
     peak, the per-segment pull towards 1 is loosened until no state-aware pick that was
     timed is slower than a timed rival that fits; the final pick is that fastest timed
     policy or is listed as not timed. (With the fixed pull alone, a pick stays slower.)"""
-    cell = _activation(0.05, segments=6, elements=16 * KiB)
-    dev = cal.device("numpy")
-    timing = measure.Timing(warmups=0, steps=1)
-    raw = measure.calibrate_card(dev, cell, 1, timing)  # its bytes; times set here:
-    for seg in raw["segments"]:  # deterministic, so is the planners' path
-        for option, cost in seg["options"].items():
-            cost["time"] = {"eager": 1.0, "whole": 1.6, "region": 1.2}[option] * 1e-3
-            cost.pop("state_time", None)
+    dev, timing = cal.device("numpy"), measure.Timing(warmups=0, steps=1)
+    cell, raw, card, budget = _six_segment_card(dev, timing)
 
     def seconds(policy):
         base = sum(seg["options"][o]["time"] for seg, o in zip(raw["segments"], policy))
         return base * (1.3 if len(set(policy)) > 1 else 1.0)
 
-    card = parse_card(raw)
-    lo = plan(card, 0).min_peak
-    hi = policy_cost(card, ("eager",) * 6)[1]
-    budget = int(lo + 0.9 * (hi - lo))
-    cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
-                cell.activation_elements, (budget,), cell.granularity)
     monkeypatch.setattr(measure, "time_policy", _fake_time_policy([], seconds))
     fitted, fit = measure.fit_card(dev, cell, raw, timing)
     measured = {tuple(m["policy"].split(",")): m["measured_s"] for m in fit["measured"]}
@@ -576,19 +583,9 @@ def test_a_pick_tied_with_a_simpler_policy_within_the_spread_is_off() -> None:
     """Where the calibration cannot order the joint pick and a simpler timed rival (means
     within TIE_Z standard errors), the pick is off until the fit prefers the simpler one,
     and the fit aims the pick above it; without a spread the faster pick stands."""
-    cell = _activation(0.05, segments=6, elements=16 * KiB)
-    dev = cal.device("numpy")
-    raw = measure.calibrate_card(dev, cell, 1, measure.Timing(warmups=0, steps=1))
-    for seg in raw["segments"]:
-        for option, cost in seg["options"].items():
-            cost["time"] = {"eager": 1.0, "whole": 1.6, "region": 1.2}[option] * 1e-3
-            cost.pop("state_time", None)
-    card = parse_card(raw)
-    lo = plan(card, 0).min_peak
-    hi = policy_cost(card, ("eager",) * 6)[1]
-    budget = int(lo + 0.9 * (hi - lo))
-    cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
-                cell.activation_elements, (budget,), cell.granularity)
+    cell, raw, card, budget = _six_segment_card(
+        cal.device("numpy"), measure.Timing(warmups=0, steps=1)
+    )
     pick = plan(card, budget).policy
     assert len(set(pick)) > 1  # a mix
     region = ("region",) * 6
@@ -617,20 +614,8 @@ def test_the_fit_breaks_a_tie_within_the_spread_towards_the_simpler_policy(monke
     as the joint pick: uniform regions, or a pick it did not time (a permutation of a
     mix, which the rounds can keep finding). Without a spread the same truth keeps the
     mix and records no tie."""
-    cell = _activation(0.05, segments=6, elements=16 * KiB)
-    dev = cal.device("numpy")
-    timing = measure.Timing(warmups=0, steps=1)
-    raw = measure.calibrate_card(dev, cell, 1, timing)
-    for seg in raw["segments"]:
-        for option, cost in seg["options"].items():
-            cost["time"] = {"eager": 1.0, "whole": 1.6, "region": 1.2}[option] * 1e-3
-            cost.pop("state_time", None)
-    card = parse_card(raw)
-    lo = plan(card, 0).min_peak
-    hi = policy_cost(card, ("eager",) * 6)[1]
-    budget = int(lo + 0.9 * (hi - lo))
-    cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
-                cell.activation_elements, (budget,), cell.granularity)
+    dev, timing = cal.device("numpy"), measure.Timing(warmups=0, steps=1)
+    cell, raw, card, budget = _six_segment_card(dev, timing)
     region = ("region",) * 6
     truth = {p: policy_cost(card, p)[0] for p in [plan(card, budget).policy, region]}
     assert (truth[region] - min(truth.values())) / truth[region] < 0.16  # within the tie

@@ -220,6 +220,11 @@ FIT_RIDGE = 0.3  # pull of each scale towards 1 (the uncorrected card)
 # slower than another timed policy it could have picked (the model orders them wrongly)
 FIT_RIDGES = (FIT_RIDGE, 0.1, 0.03, 0.01, 0.003)
 FIT_SEED = 20260601
+FIT_BLOCKS = 4  # interleaved blocks per policy and round (time_interleaved)
+# two timed policies are tied when their means differ by at most TIE_Z standard errors of
+# the difference (from their blocks' spread): the calibration cannot order them
+TIE_Z = 2.0
+TIE_MARGIN = 0.01  # a tied, less simple policy's fit target: the preferred one's + 1 %
 
 
 def _design(card: dict[str, Any], policy: tuple[str, ...], per_segment: bool) -> np.ndarray:
@@ -300,29 +305,68 @@ def _planned(cell: Cell, card: dict[str, Any]) -> set[tuple[str, ...]]:
     return {tuple(e["policy"]) for e in plan_methods(cell, card) if e["policy"] is not None}
 
 
+def simplicity(policy: tuple[str, ...]) -> tuple[int, int]:
+    """How much preservation machinery ``policy`` runs, the less the simpler: its number of
+    distinct options, then its number of state-preserving (non-eager) segments."""
+    return len(set(policy)), sum(o != "eager" for o in policy)
+
+
+def tied(
+    a: tuple[str, ...], b: tuple[str, ...], measured: dict, spread: dict | None
+) -> bool:
+    """Whether the calibration cannot order ``a`` and ``b``: their measured means differ by
+    at most ``TIE_Z`` standard errors of the difference (0 without a spread: equal only)."""
+    s = spread or {}
+    return abs(measured[a] - measured[b]) <= TIE_Z * float(np.hypot(s.get(a, 0), s.get(b, 0)))
+
+
+def preferred(
+    rivals: list[tuple[str, ...]], measured: dict, spread: dict | None
+) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """(the policy a planner should pick among the timed ``rivals``, the ones tied with the
+    fastest). Among the policies the calibration cannot tell from the fastest, the simplest
+    (:func:`simplicity`, then the faster): the measuring processes then compare it with
+    the simpler methods' plans, which are the same or close, so a tie the calibration
+    could not break is not decided for them by its noise; with no tie, the fastest."""
+    fastest = min(rivals, key=measured.__getitem__)
+    ties = [q for q in rivals if tied(q, fastest, measured, spread)]
+    return min(ties, key=lambda q: (simplicity(q), measured[q])), ties
+
+
+def _rivals(
+    parsed: Any, measured: dict, options: set[str], budget: int
+) -> list[tuple[str, ...]]:
+    from replayverify.planner import policy_cost
+
+    return [q for q in measured if set(q) <= options and policy_cost(parsed, q)[1] <= budget]
+
+
+PLANNER_OPTIONS = {"joint": set(OPTIONS), "eager/whole": {"eager", "whole"}}
+
+
 def picks_off(
-    cell: Cell, card: dict[str, Any], measured: dict[tuple[str, ...], float]
+    cell: Cell,
+    card: dict[str, Any],
+    measured: dict[tuple[str, ...], float],
+    spread: dict[tuple[str, ...], float] | None = None,
 ) -> list[dict[str, Any]]:
     """The state-aware planners' picks (joint, eager/whole; every budget of ``cell``) that
-    were timed and measured slower than another timed policy of their option set that fits
-    the same budget on ``card``: where the card orders measured policies wrongly."""
+    were timed and are not the policy :func:`preferred` names among the timed policies of
+    their option set that fit the same budget on ``card``: measured slower than the
+    fastest beyond the calibration's spread (``spread``: standard errors), or tied with it
+    and less simple than the simplest tied one. Where the card orders them wrongly."""
     from replayverify.evaluate.run import plan_methods
-    from replayverify.planner import parse_card, policy_cost
+    from replayverify.planner import parse_card
 
     parsed = parse_card(card)
-    options = {"joint": set(OPTIONS), "eager/whole": {"eager", "whole"}}
     out = []
     for e in plan_methods(cell, card):
         pick = None if e["policy"] is None else tuple(e["policy"])
-        if e["method"] not in options or pick not in measured:
+        if e["method"] not in PLANNER_OPTIONS or pick not in measured:
             continue
-        rivals = [
-            q
-            for q in measured
-            if set(q) <= options[e["method"]] and policy_cost(parsed, q)[1] <= e["budget"]
-        ]
-        best = min(rivals, key=measured.__getitem__)
-        if measured[best] < measured[pick]:
+        rivals = _rivals(parsed, measured, PLANNER_OPTIONS[e["method"]], e["budget"])
+        best, ties = preferred(rivals, measured, spread)
+        if pick not in ties or simplicity(pick) > simplicity(best):
             out.append(
                 {
                     "method": e["method"],
@@ -331,9 +375,53 @@ def picks_off(
                     "pick_s": measured[pick],
                     "best": ",".join(best),
                     "best_s": measured[best],
+                    "tied": pick in ties,
                 }
             )
     return out
+
+
+def fit_targets(
+    cell: Cell,
+    card: dict[str, Any],
+    measured: dict[tuple[str, ...], float],
+    spread: dict[tuple[str, ...], float],
+) -> tuple[dict[tuple[str, ...], float], list[dict[str, Any]]]:
+    """The times the fit aims at: the measured ones, except that where a state-aware
+    planner's option set at one of ``cell``'s budgets has timed policies tied with the
+    fastest, each tied policy less simple than the :func:`preferred` one and measured
+    faster than it aims at the preferred one's time + ``TIE_MARGIN`` (a move within the
+    tie, by its definition, plus 1 %), so that the fitted card orders the tie as the rule
+    does. With the ties found (per option set and budget)."""
+    from replayverify.planner import parse_card
+
+    parsed = parse_card(card)
+    target = dict(measured)
+    ties_found = []
+    for budget in cell.budgets:
+        for method, options in PLANNER_OPTIONS.items():
+            rivals = _rivals(parsed, measured, options, budget)
+            if not rivals:
+                continue
+            best, ties = preferred(rivals, measured, spread)
+            raised = [
+                q
+                for q in ties
+                if simplicity(q) > simplicity(best) and measured[q] < measured[best]
+            ]
+            for q in raised:
+                target[q] = max(target[q], measured[best] * (1 + TIE_MARGIN))
+            if raised:
+                ties_found.append(
+                    {
+                        "method": method,
+                        "budget": budget,
+                        "preferred": ",".join(best),
+                        "preferred_s": measured[best],
+                        "raised": [",".join(q) for q in raised],
+                    }
+                )
+    return target, ties_found
 
 
 def fit_card(
@@ -343,12 +431,16 @@ def fit_card(
     planners' picks are all measured (at most ``FIT_ROUNDS`` times).
 
     Measured: the uniform policies, ``FIT_RANDOM`` random mixes and every policy a planner
-    picks at the cell's budgets (state-agnostic, eager/whole, joint), each timed as a
-    measuring process times it (:func:`time_policy` with ``timing``); a policy's time is its
-    mean step, the statistic the report compares. The uniform policies are timed in every
-    round and bring later rounds to the first one's speed. Returns the fitted card and the
-    fit's record (scales, errors, every policy's measured and predicted seconds, and the
-    reference kernel's seconds while they were timed: :func:`speed_probe`).
+    picks at the cell's budgets (state-agnostic, eager/whole, joint), each round's policies
+    timed together in interleaved blocks (:func:`time_interleaved`), so that a change of
+    the machine's speed falls on all of them alike and each time has a measured spread; a
+    policy's time is its mean step, the statistic the report compares. The uniform
+    policies are timed in every round and bring later rounds to the first one's speed. The
+    fit aims at :func:`fit_targets` (ties broken towards the simpler policy) and is
+    corrected until no pick is off (:func:`picks_off`). Returns the fitted card and the
+    fit's record (scales, errors, every policy's measured, spread and predicted seconds,
+    the ties, and the reference kernel's seconds while they were timed:
+    :func:`speed_probe`).
     """
     step = make_step(dev.xp, cell)
     n = step.segments
@@ -359,34 +451,38 @@ def fit_card(
     uniform = [(o,) * n for o in OPTIONS]
     todo = {tuple(str(x) for x in rng.choice(OPTIONS, size=n)) for _ in range(FIT_RANDOM)}
     measured: dict[tuple[str, ...], float] = {}
+    spread: dict[tuple[str, ...], float] = {}
+    blocks: dict[tuple[str, ...], list[float]] = {}
     probes: list[float] = []
     shares: list[float] = []
-    fitted, report = card, None
+    fitted, report, ties = card, None, []
     for _ in range(FIT_ROUNDS):
         todo -= set(measured)
         if not todo and measured:
             break
-        rows = {
-            p: time_policy(dev, step, p, False, timing.warmups, timing.steps)
-            for p in sorted(todo | set(uniform))
-        }
-        probes += [r["probe_s"] for r in rows.values()]
+        rows = time_interleaved(dev, step, sorted(todo | set(uniform)), timing)
+        probes.append(next(iter(rows.values()))["probe_s"])
         shares += [r["cpu_share"] for r in rows.values()]
         now = {p: r["time_s"] for p, r in rows.items()}
         speed = 1.0
         if measured:
             speed = float(np.exp(np.mean([np.log(measured[u] / now[u]) for u in uniform])))
-        measured.update({p: t * speed for p, t in now.items() if p not in measured})
-        scale, report = fit_scales(card, measured)
+        for p, r in rows.items():
+            if p not in measured:
+                measured[p] = r["time_s"] * speed
+                spread[p] = r["spread_s"] * speed
+                blocks[p] = [t * speed for t in r["blocks_s"]]
+        target, ties = fit_targets(cell, card, measured, spread)
+        scale, report = fit_scales(card, target)
         per_option = scaled_card(card, scale)
         # then one scale per segment and option, on the residuals: a mix's segments do
         # not always cost what they cost among their own kind; pulled towards 1 less and
-        # less while a planner's pick was measured slower than a timed rival it could
-        # have picked (the model is corrected until its choice is the measured best)
+        # less while a planner's pick is off (the model is corrected until its choice is
+        # the measured best, or the simplest of those the calibration cannot tell apart)
         for ridge in FIT_RIDGES:
-            fine, report["per_segment"] = fit_scales(per_option, measured, True, ridge)
+            fine, report["per_segment"] = fit_scales(per_option, target, True, ridge)
             fitted = scaled_card(per_option, fine)
-            report["picks_slower_than_measured"] = picks_off(cell, fitted, measured)
+            report["picks_slower_than_measured"] = picks_off(cell, fitted, measured, spread)
             if not report["picks_slower_than_measured"]:
                 break
         todo = _planned(cell, fitted)
@@ -395,11 +491,18 @@ def fit_card(
         {
             "policy": ",".join(p),
             "measured_s": t,
+            "spread_s": spread[p],
+            "blocks_s": blocks[p],
+            "target_s": target[p],
             "card_s": float(_design(card, p, False).sum()),
             "fitted_s": float(_design(fitted, p, False).sum()),
         }
         for p, t in measured.items()
     ]
+    report["blocks"] = FIT_BLOCKS
+    report["block_steps"] = block_steps(timing, FIT_BLOCKS)
+    report["ties"] = ties
+    report["tie_z"], report["tie_margin"] = TIE_Z, TIE_MARGIN
     report["unmeasured_picks"] = sorted(",".join(p) for p in todo - set(measured))
     report["probe_s"] = float(np.mean(probes))
     report["cpu_share"] = float(np.mean(shares))
@@ -456,21 +559,29 @@ def speed_probe(dev: Any) -> float:
 
 
 def time_policy(
-    dev: Any, step: Any, policy: tuple[str, ...], share: bool, warmups: int, steps: int
+    dev: Any,
+    step: Any,
+    policy: tuple[str, ...],
+    share: bool,
+    warmups: int,
+    steps: int,
+    min_timed_s: float = MIN_TIMED_S,
+    probe: bool = True,
 ) -> dict[str, Any]:
     """Mean and least synchronized step time over ``steps`` steps, or more while they add up
-    to less than ``MIN_TIMED_S`` (at most ``MAX_STEPS``): a step of a few milliseconds is
+    to less than ``min_timed_s`` (at most ``MAX_STEPS``): a step of a few milliseconds is
     at the mercy of the scheduler on a shared CPU. Call without allocation tracking (it
-    slows the steps). ``probe_s``: :func:`speed_probe` before the warmups and after the
-    steps, their mean; ``cpu_share``: the process's CPU time over the steps' wall time (below
-    1 when other jobs took the CPU from it; on CuPy the host's share only)."""
-    before = speed_probe(dev)
+    slows the steps). ``probe_s`` (with ``probe``): :func:`speed_probe` before the warmups
+    and after the steps, their mean; ``cpu_share``: the process's CPU time over the steps'
+    wall time (below 1 when other jobs took the CPU from it; on CuPy the host's share
+    only)."""
+    before = speed_probe(dev) if probe else 0.0
     step.reset()
     for _ in range(warmups):
         execute(dev, step, policy, share)
     times: list[float] = []
     cpu = 0.0
-    while len(times) < steps or (sum(times) < MIN_TIMED_S and len(times) < MAX_STEPS):
+    while len(times) < steps or (sum(times) < min_timed_s and len(times) < MAX_STEPS):
         dev.sync()
         c = time.process_time()
         a = dev.mark()
@@ -478,13 +589,73 @@ def time_policy(
         b = dev.mark()
         cpu += time.process_time() - c
         times.append(dev.elapsed(a, b))
-    return {
+    out = {
         "time_s": float(np.mean(times)),
         "time_min_s": float(min(times)),
         "times_s": times,
-        "probe_s": (before + speed_probe(dev)) / 2,
         "cpu_share": cpu / sum(times),
     }
+    if probe:
+        out["probe_s"] = (before + speed_probe(dev)) / 2
+    return out
+
+
+def time_interleaved(
+    dev: Any,
+    step: Any,
+    policies: list[tuple[str, ...]],
+    timing: Timing,
+    blocks: int = FIT_BLOCKS,
+) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Every policy of ``policies`` timed in ``blocks`` short blocks, round robin (the
+    order rotated by one each block): a change of the machine's speed while they are timed
+    falls on all of them alike instead of on whichever was being timed. A block is
+    :func:`time_policy` with one warmup (none if ``timing`` has none) and
+    ``block_steps(timing, blocks)`` steps (more while they add up to less than
+    ``MIN_TIMED_S / blocks``).
+
+    Per policy: ``time_s``, the mean over all its blocks' steps (the measuring processes
+    report a row's mean step and the report compares means, so a median here would
+    predict a statistic nobody measures); ``blocks_s``, each block's mean step;
+    ``spread_s``, the standard error of that mean from the blocks (their standard
+    deviation over the square root of their number; 0 with one block); ``cpu_share``;
+    ``probe_s``, :func:`speed_probe` before and after all the blocks, their mean."""
+    warmups, steps = min(1, timing.warmups), block_steps(timing, blocks)
+    before = speed_probe(dev)
+    times: dict[tuple[str, ...], list[float]] = {p: [] for p in policies}
+    means: dict[tuple[str, ...], list[float]] = {p: [] for p in policies}
+    cpu = dict.fromkeys(policies, 0.0)
+    for b in range(blocks):
+        shift = b % len(policies) if policies else 0
+        for p in policies[shift:] + policies[:shift]:
+            row = time_policy(
+                dev, step, p, False, warmups, steps, MIN_TIMED_S / blocks, probe=False
+            )
+            times[p] += row["times_s"]
+            means[p].append(row["time_s"])
+            cpu[p] += row["cpu_share"] * sum(row["times_s"])
+    probe = (before + speed_probe(dev)) / 2
+    return {
+        p: {
+            "time_s": float(np.mean(times[p])),
+            "blocks_s": means[p],
+            "spread_s": (
+                float(np.std(means[p], ddof=1) / np.sqrt(len(means[p])))
+                if len(means[p]) > 1
+                else 0.0
+            ),
+            "cpu_share": cpu[p] / sum(times[p]),
+            "probe_s": probe,
+        }
+        for p in policies
+    }
+
+
+def block_steps(timing: Timing, blocks: int) -> int:
+    """Measured steps per block of :func:`time_interleaved`: the measuring processes' steps
+    spread across the blocks, at least two per block (a block's mean of one step is a
+    single draw of the scheduler)."""
+    return max(2, -(-timing.steps // blocks))
 
 
 def peak_policy(

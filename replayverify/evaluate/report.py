@@ -4,6 +4,7 @@ resource map (the paper's Figure 3). Reads the evaluate.json document only."""
 from __future__ import annotations
 
 import importlib.util
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -253,7 +254,9 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
     fits = {n: c["fit"] for n, c in doc["cards"].items() if "fit" in c}
     if not fits:
         return []
-    terms = next(iter(fits.values()))["terms"]
+    first = next(iter(fits.values()))
+    terms = first["terms"]
+    tie_z, margin = first.get("tie_z", 2.0), first.get("tie_margin", 0.01)
     lines = [
         "",
         "## Time model (fitted in the calibration process)",
@@ -261,19 +264,32 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
         "Each card's per-segment times come from instrumented steps of the uniform policies, "
         "scaled to their plain steps' mean. The calibration process then times plain steps "
         "of the uniform policies, random mixes and every planner pick at the cell's budgets "
-        "(re-planning on the fitted card until its picks are measured), each as a measuring "
-        "process times it (the same warmups and steps, the mean step), and fits one scale "
+        "(re-planning on the fitted card until its picks are measured), each by the "
+        "statistic the measuring processes report (the mean step), and fits one scale "
         "per option by least squares on relative error, pulled towards 1, then one scale "
-        "per segment and option on what remains. Errors: predicted / measured - 1 over the "
+        "per segment and option on what remains. Errors: predicted / target - 1 (the target: "
+        "the measured time, raised only for a tie, below) over the "
         "timed policies, RMS and largest, for the card as calibrated, as fitted, and "
         "fitted without the policy it predicts (leave one out). Reference kernel: its mean "
         "time while the fit's policies were timed (the machine's speed then).",
         "",
+        "Each round's policies are timed together in interleaved blocks (round robin, a "
+        "warmup and a few steps each), so a change of the machine's speed falls on all of "
+        "them alike. Spread: per policy, the standard error of its mean step from its "
+        "blocks, over that mean (median and largest over the cell's policies). Two "
+        f"policies are tied when their means differ by at most {tie_z:g} standard "
+        "errors of the difference; where a planner's option set has timed policies tied "
+        "with the fastest, the fit aims at the simplest of them (fewest distinct options, "
+        "then fewest state-preserving segments): the tied, less simple ones that were timed "
+        f"faster aim at its time + {margin:.0%} (ties column: option sets and "
+        "budgets where that happened).",
+        "",
         "| cell | policies | "
         + " | ".join(f"{t} scale" for t in terms)
         + " | error before (rms / max) | after | leave one out | per segment: after | "
-        "leave one out | per segment: ridge | reference kernel ms |",
-        "|---|---|" + "---|" * len(terms) + "---|---|---|---|---|---|---|",
+        "leave one out | per segment: ridge | spread (median / max) | ties | "
+        "reference kernel ms |",
+        "|---|---|" + "---|" * len(terms) + "---|---|---|---|---|---|---|---|---|",
     ]
     for name, f in fits.items():
 
@@ -292,22 +308,36 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
                 if "per_segment" in f
                 else "— | — | — |"
             )
-            + f" {_ms(f.get('probe_s'))} |"
+            + f" {_spread(f)} | {len(f.get('ties', []))} | {_ms(f.get('probe_s'))} |"
         )
     off = [(name, o) for name, f in fits.items() for o in f.get("picks_slower_than_measured", [])]
     lines.append("")
+    for name, f in fits.items():
+        for t in f.get("ties", []):
+            lines.append(
+                f"- {name}, {LABELS[t['method']]} at {t['budget'] / MiB:.0f} MiB: tied with "
+                f"the fastest and preferred, {t['preferred']} ({_ms(t['preferred_s'])} ms); "
+                f"aimed above it: {len(t['raised'])} policy(ies) timed faster within the "
+                "spread."
+            )
     if off:
         for name, o in off:
             lines.append(
                 f"- {name}, {LABELS[o['method']]} at {o['budget'] / MiB:.0f} MiB: its pick was "
-                f"timed at {_ms(o['pick_s'])} ms, slower than another policy that fits "
-                f"({_ms(o['best_s'])} ms), at the loosest pull tried."
+                f"timed at {_ms(o['pick_s'])} ms, "
+                + (
+                    "tied with a simpler policy that fits"
+                    if o.get("tied")
+                    else "slower than another policy that fits"
+                )
+                + f" ({o['best']}, {_ms(o['best_s'])} ms), at the loosest pull tried."
             )
     else:
         lines.append(
             "In every cell, each state-aware planner's pick that the calibration timed was the "
-            "fastest timed policy of its option set that fits the budget (the per-segment "
-            "pull towards 1 was loosened where needed: the ridge column)."
+            "fastest timed policy of its option set that fits the budget, or the simplest of "
+            "those tied with it (the per-segment pull towards 1 was loosened where needed: "
+            "the ridge column)."
         )
     unmeasured = [(n, len(f["unmeasured_picks"])) for n, f in fits.items()
                   if f.get("unmeasured_picks")]
@@ -317,6 +347,14 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
             "there): " + ", ".join(f"{n} {k}" for n, k in unmeasured) + "."
         )
     return lines
+
+
+def _spread(fit: dict[str, Any]) -> str:
+    """Median and largest relative spread (standard error / mean) of a fit's timed policies."""
+    rel = [m["spread_s"] / m["measured_s"] for m in fit["measured"] if "spread_s" in m]
+    if not rel:
+        return "—"
+    return f"{statistics.median(rel):.1%} / {max(rel):.1%}"
 
 
 def _rank_lines(doc: dict[str, Any]) -> list[str]:

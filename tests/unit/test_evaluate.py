@@ -423,11 +423,11 @@ def _fake_time_policy(calls: list, seconds: dict):
     """A stand-in for measure.time_policy: records its (policy, warmups, steps) and answers
     a mean of ``seconds[policy]`` and a least step a third of it."""
 
-    def fake(dev, step, policy, share, warmups, steps):
+    def fake(dev, step, policy, share, warmups, steps, min_timed_s=0.1, probe=True):
         calls.append((tuple(policy), warmups, steps))
         t = seconds(tuple(policy))
-        return {"time_s": t, "time_min_s": t / 3, "times_s": [t], "probe_s": 1e-3,
-                "cpu_share": 1.0}
+        return {"time_s": t, "time_min_s": t / 3, "times_s": [t] * steps,
+                "cpu_share": 1.0, **({"probe_s": 1e-3} if probe else {})}
 
     return fake
 
@@ -455,10 +455,12 @@ def test_the_card_predicts_the_mean_step_timed_as_the_measuring_processes_time_i
     assert calls and all((w, s) == (3, 7) for _, w, s in calls)
     calls.clear()
     _, fit = measure.fit_card(dev, cell, raw, timing)
-    assert calls and all((w, s) == (3, 7) for _, w, s in calls)
+    # the fit's blocks: one warmup, the measuring processes' 7 steps spread over 4 blocks
+    assert calls and all((w, s) == (1, 2) for _, w, s in calls)
     for m in fit["measured"]:
         assert m["measured_s"] == pytest.approx(seconds(tuple(m["policy"].split(","))))
-    assert fit["probe_s"] == pytest.approx(1e-3)
+        assert m["spread_s"] == 0 and len(m["blocks_s"]) == measure.FIT_BLOCKS
+    assert 0 < fit["probe_s"] < 1  # the real reference kernel, around the blocks
     uniform = [m for m in fit["measured"] if len(set(m["policy"].split(","))) == 1]
     assert len(uniform) == 3
     for m in uniform:  # the unfitted card already predicts the uniform policies' means
@@ -498,6 +500,25 @@ def test_a_time_ratio_outside_the_band_says_what_was_measured() -> None:
     assert time_note(short) == "steps under 5 ms"
 
 
+def _six_segment_card(dev, timing) -> tuple:
+    """A six-segment activation cell's calibrated card with deterministic times (eager 1.0,
+    whole 1.6, region 1.2 ms per segment; so is the planners' path), and the cell with one
+    budget 0.9 of the way from the least peak to eager's: (cell, card, parsed, budget)."""
+    cell = _activation(0.05, segments=6, elements=16 * KiB)
+    raw = measure.calibrate_card(dev, cell, 1, timing)  # its bytes; times set here:
+    for seg in raw["segments"]:
+        for option, cost in seg["options"].items():
+            cost["time"] = {"eager": 1.0, "whole": 1.6, "region": 1.2}[option] * 1e-3
+            cost.pop("state_time", None)
+    card = parse_card(raw)
+    lo = plan(card, 0).min_peak
+    hi = policy_cost(card, ("eager",) * 6)[1]
+    budget = int(lo + 0.9 * (hi - lo))
+    cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
+                cell.activation_elements, (budget,), cell.granularity)
+    return cell, raw, card, budget
+
+
 def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best(
     monkeypatch,
 ) -> None:
@@ -506,25 +527,13 @@ def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best
     peak, the per-segment pull towards 1 is loosened until no state-aware pick that was
     timed is slower than a timed rival that fits; the final pick is that fastest timed
     policy or is listed as not timed. (With the fixed pull alone, a pick stays slower.)"""
-    cell = _activation(0.05, segments=6, elements=16 * KiB)
-    dev = cal.device("numpy")
-    timing = measure.Timing(warmups=0, steps=1)
-    raw = measure.calibrate_card(dev, cell, 1, timing)  # its bytes; times set here:
-    for seg in raw["segments"]:  # deterministic, so is the planners' path
-        for option, cost in seg["options"].items():
-            cost["time"] = {"eager": 1.0, "whole": 1.6, "region": 1.2}[option] * 1e-3
-            cost.pop("state_time", None)
+    dev, timing = cal.device("numpy"), measure.Timing(warmups=0, steps=1)
+    cell, raw, card, budget = _six_segment_card(dev, timing)
 
     def seconds(policy):
         base = sum(seg["options"][o]["time"] for seg, o in zip(raw["segments"], policy))
         return base * (1.3 if len(set(policy)) > 1 else 1.0)
 
-    card = parse_card(raw)
-    lo = plan(card, 0).min_peak
-    hi = policy_cost(card, ("eager",) * 6)[1]
-    budget = int(lo + 0.9 * (hi - lo))
-    cell = Cell(cell.name, cell.workload, cell.state_bytes, cell.fraction, cell.segments,
-                cell.activation_elements, (budget,), cell.granularity)
     monkeypatch.setattr(measure, "time_policy", _fake_time_policy([], seconds))
     fitted, fit = measure.fit_card(dev, cell, raw, timing)
     measured = {tuple(m["policy"].split(",")): m["measured_s"] for m in fit["measured"]}
@@ -535,5 +544,116 @@ def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best
     if pick in measured:
         rivals = [q for q in measured if policy_cost(card, q)[1] <= budget]
         assert measured[pick] == min(measured[q] for q in rivals)
+    else:
+        assert ",".join(pick) in fit["unmeasured_picks"]
+
+
+def test_the_fit_times_its_policies_in_interleaved_blocks_with_a_spread(monkeypatch) -> None:
+    """Each policy is timed in FIT_BLOCKS blocks, round robin with the order rotated by one
+    per block (a change of the machine's speed falls on all alike); its time is the mean
+    of all its blocks' steps and its spread the standard error of its block means."""
+    calls: list = []
+    drift = iter(np.linspace(1.0, 1.5, 100))  # the machine slows down as the blocks go
+
+    def fake(dev, step, policy, share, warmups, steps, min_timed_s=0.1, probe=True):
+        calls.append(tuple(policy))
+        t = {"eager": 1.0, "whole": 2.0, "region": 3.0}[policy[0]] * next(drift)
+        return {"time_s": t, "time_min_s": t, "times_s": [t] * steps, "cpu_share": 1.0}
+
+    monkeypatch.setattr(measure, "time_policy", fake)
+    dev = cal.device("numpy")
+    policies = [(o,) * 2 for o in measure.OPTIONS]
+    rows = measure.time_interleaved(dev, None, policies, measure.Timing(2, 5), blocks=4)
+    assert len(calls) == 12
+    blocks = [calls[i : i + 3] for i in range(0, 12, 3)]
+    assert all(sorted(b) == sorted(policies) for b in blocks)  # round robin
+    assert [b[0] for b in blocks] == [policies[0], policies[1], policies[2], policies[0]]
+    for row in rows.values():
+        assert len(row["blocks_s"]) == 4
+        assert row["time_s"] == pytest.approx(np.mean(row["blocks_s"]))
+        sem = np.std(row["blocks_s"], ddof=1) / 2
+        assert row["spread_s"] == pytest.approx(sem) and sem > 0
+        assert 0 < row["probe_s"] < 1
+    # the drift fell on every policy alike: each one's mean is within the drift's range
+    ratio = rows[policies[2]]["time_s"] / rows[policies[0]]["time_s"]
+    assert 2.8 < ratio < 3.2
+
+
+def test_a_pick_tied_with_a_simpler_policy_within_the_spread_is_off() -> None:
+    """Where the calibration cannot order the joint pick and a simpler timed rival (means
+    within TIE_Z standard errors), the pick is off until the fit prefers the simpler one,
+    and the fit aims the pick above it; without a spread the faster pick stands."""
+    cell, raw, card, budget = _six_segment_card(
+        cal.device("numpy"), measure.Timing(warmups=0, steps=1)
+    )
+    pick = plan(card, budget).policy
+    assert len(set(pick)) > 1  # a mix
+    region = ("region",) * 6
+    assert policy_cost(card, region)[1] <= budget
+    measured = {pick: 0.0100, region: 0.0102}
+    assert measure.picks_off(cell, raw, measured) == []  # no spread: the pick is fastest
+    spread = {pick: 0.0002, region: 0.0002}  # 0.2 ms apart, within 2 x 0.28 ms
+    off = measure.picks_off(cell, raw, measured, spread)
+    assert [(o["method"], o["pick"], o["best"], o["tied"]) for o in off] == [
+        ("joint", ",".join(pick), ",".join(region), True)
+    ]
+    target, ties = measure.fit_targets(cell, raw, measured, spread)
+    assert target[region] == measured[region]
+    assert target[pick] == pytest.approx(0.0102 * (1 + measure.TIE_MARGIN))
+    assert [(t["method"], t["preferred"]) for t in ties] == [("joint", ",".join(region))]
+    far = {pick: 0.0100, region: 0.0120}  # 2 ms apart: beyond the spread, the pick stands
+    assert measure.picks_off(cell, raw, far, spread) == []
+    assert measure.fit_targets(cell, raw, far, spread) == (far, [])
+
+
+def test_the_fit_breaks_a_tie_within_the_spread_towards_the_simpler_policy(monkeypatch) -> None:
+    """Blocks that alternate 10 % above and below each policy's true time give every timed
+    policy a spread of about 6 %: uniform regions (6 region segments) and the joint
+    planner's cheaper mixes are then within it; the fit records the tie, aims the tied
+    mixes above uniform regions, and ends with no timed pick off and none of those mixes
+    as the joint pick: uniform regions, or a pick it did not time (a permutation of a
+    mix, which the rounds can keep finding). Without a spread the same truth keeps the
+    mix and records no tie."""
+    dev, timing = cal.device("numpy"), measure.Timing(warmups=0, steps=1)
+    cell, raw, card, budget = _six_segment_card(dev, timing)
+    region = ("region",) * 6
+    truth = {p: policy_cost(card, p)[0] for p in [plan(card, budget).policy, region]}
+    assert (truth[region] - min(truth.values())) / truth[region] < 0.16  # within the tie
+
+    def run(noise: float) -> tuple[tuple[str, ...], dict]:
+        count = [0]
+
+        def fake(dev, step, policy, share, warmups, steps, min_timed_s=0.1, probe=True):
+            count[0] += 1
+            blk = (count[0] - 1) // len(policies[0]) if policies else 0
+            sign = 1 if blk % 2 == 0 else -1
+            t = policy_cost(card, tuple(policy))[0] * (1 + sign * noise)
+            return {"time_s": t, "time_min_s": t, "times_s": [t] * steps, "cpu_share": 1.0}
+
+        policies: list = []
+        real = measure.time_interleaved
+
+        def interleaved(dev, step, ps, timing, blocks=measure.FIT_BLOCKS):
+            policies[:] = [ps]
+            count[0] = 0
+            return real(dev, step, ps, timing, blocks)
+
+        monkeypatch.setattr(measure, "time_policy", fake)
+        monkeypatch.setattr(measure, "time_interleaved", interleaved)
+        fitted, fit = measure.fit_card(dev, cell, raw, timing)
+        return plan(parse_card(fitted), budget).policy, fit
+
+    pick, fit = run(0.0)
+    assert pick != region and fit["ties"] == []
+    pick, fit = run(0.10)
+    assert fit["ties"] and fit["picks_slower_than_measured"] == []
+    measured = {tuple(m["policy"].split(",")): m for m in fit["measured"]}
+    assert all(m["spread_s"] > 0 for m in measured.values())
+    raised = {tuple(q.split(",")) for t in fit["ties"] for q in t["raised"]}
+    assert raised and pick not in raised
+    for q in raised:
+        assert measured[q]["target_s"] > measured[region]["measured_s"]
+    if pick in measured:
+        assert pick == region
     else:
         assert ",".join(pick) in fit["unmeasured_picks"]

@@ -46,6 +46,8 @@ from replayverify.cohort import registry
 from replayverify.cohort.adapter import Adapter, Method, Reference, observe
 from replayverify.cohort.cases import Case, build_case
 from replayverify.programs.model import Program
+from replayverify.runs.executors import Executor, ProcessPool
+from replayverify.untrusted import one_line
 from replayverify.verifier.shrink import shrink
 
 SHRINK_CHECKS = 400  # candidates run per reproducer (an adapter may set ``shrink_checks``)
@@ -83,14 +85,6 @@ def _observe(adapter: Adapter, case: Case, method: Method) -> dict:
     return observe(adapter, case, method, Reference.of(case, adapter.draw_tape(case)))
 
 
-def _plain_outcome(adapter: Adapter, plain: Method, case: Case, records: list[dict],
-                   task: str) -> str:
-    for r in records:
-        if r["task"] == task and r["method"] == plain.name:
-            return r["outcome"]
-    return _observe(adapter, case, plain)["outcome"]
-
-
 def shrunk(adapter: Adapter, case: Case, method: Method, kind, plain: Method | None,
            plain_outcome: str | None) -> Case:
     """The smallest case found with the same roles, ops and segments that ``method``
@@ -118,41 +112,81 @@ def shrunk(adapter: Adapter, case: Case, method: Method, kind, plain: Method | N
     return replace(case, program=shrink(first, still))
 
 
-def write_reproducers(out: Path, records: list[dict]) -> list[dict]:
+def write_reproducers(out: Path, records: list[dict], pool: Executor | None = None
+                      ) -> list[dict]:
     """Write one reproducer per (row, divergence kind); the index entries.
 
     Each entry: ``row``, ``kind`` (as text), ``case`` and ``task`` of the record it
     reproduces, ``claims`` (the ``DIFFERS:`` prefixes the script prints), and either
     ``path`` (relative to ``out``), ``lines``, ``elements`` (before and after
     shrinking) or ``path: None`` with ``why``.
+
+    The groups (one per row and kind) are independent: ``pool`` (default: this
+    process) runs them, e.g. the cohort's worker processes, since shrinking re-runs the
+    method per candidate (a compile each for torch.compile). The entries and files are
+    the same whatever runs them: in the order of the records they reproduce.
     """
-    entries: list[dict] = []
-    seen: set[tuple[str, object]] = set()
-    adapters: dict[str, Adapter | None] = {}
+    outcomes: dict[str, dict[str, str]] = {}  # task -> method -> outcome
     for rec in records:
+        outcomes.setdefault(rec["task"], {})[rec["method"]] = rec["outcome"]
+    groups: dict[tuple[str, object], _Job] = {}
+    for i, rec in enumerate(records):
         kind = kind_of(rec)
-        if kind is None or (rec["row"], kind) in seen:
-            continue
-        fw = rec["framework"]
-        if fw not in adapters:
-            try:
-                adapters[fw] = registry.get(fw)
-            except ValueError:
-                adapters[fw] = None
-        adapter = adapters[fw]
-        if adapter is None or getattr(adapter, "reproducer", None) is None:
-            continue
+        # a D is reproduced from its group's first record; an R from the first whose
+        # plain run matches, found in the worker
+        if kind is not None and (isinstance(kind, str) or (rec["row"], kind) not in groups):
+            groups.setdefault((rec["row"], kind), _Job()).append(
+                (i, rec, outcomes[rec["task"]]))
+    found = [r for r in (pool or ProcessPool(1)).map(
+        _group, list(groups.values()), name=lambda job: job.name, lost=_lost_group) if r]
+    entries = []
+    for _, entry, text in sorted(found, key=lambda r: r[0]):
+        if text is not None:
+            (out / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
+            (out / entry["path"]).write_text(text, encoding="utf-8")
+        entries.append(entry)
+    return entries
+
+
+class _Job(list):
+    """One (row, kind)'s candidate records, in record order, as a pool's task: (index,
+    record, the outcomes of its task's methods)."""
+
+    @property
+    def name(self) -> str:
+        return f"reproducer {self[0][1]['row']} ({kind_of(self[0][1])})"
+
+
+def _lost_group(job: _Job, reason: str) -> tuple | None:
+    i, rec, _ = job[0]
+    kind = kind_of(rec)
+    return i, {"row": rec["row"], "kind": _kind_label(kind), "case": rec["case"],
+               "task": rec["task"], "claims": claims(kind), "path": None,
+               "why": one_line(f"lost while shrinking: {reason}", 400)}, None
+
+
+def _group(job: _Job) -> tuple[int, dict, str | None] | None:
+    """The first record of one (row, kind) that gets a reproducer, shrunk: (its index,
+    the index entry, the script or None); None when no record of it qualifies."""
+    for i, rec, task_outcomes in job:
+        kind = kind_of(rec)
+        try:
+            adapter = registry.get(rec["framework"])
+        except ValueError:
+            return None
+        if getattr(adapter, "reproducer", None) is None:
+            return None
         method = _method(adapter, rec["method"])
         if method is None:
-            continue
+            return None
         case = build_case(rec["family"], rec["seed"], rec["dtype"])
         plain_of = getattr(adapter, "plain_method", None)
         plain = plain_of(method) if plain_of is not None else None
         plain_outcome = None if plain is None else \
-            _plain_outcome(adapter, plain, case, records, rec["task"])
+            task_outcomes.get(plain.name) or \
+            _observe(adapter, case, plain)["outcome"]
         if isinstance(kind, str) and plain_outcome != "match":
             continue  # an R where the plain run is not M: not a checkpointing finding
-        seen.add((rec["row"], kind))
         entry = {"row": rec["row"], "kind": _kind_label(kind), "case": rec["case"],
                  "task": rec["task"], "claims": claims(kind)}
         with warnings.catch_warnings():  # the frameworks' warnings about candidates
@@ -160,16 +194,13 @@ def write_reproducers(out: Path, records: list[dict]) -> list[dict]:
             small = shrunk(adapter, case, method, kind, plain, plain_outcome)
         text = adapter.reproducer(small, method, rec)
         if text is None:
-            entries.append({**entry, "path": None,
-                            "why": f"{adapter.name} gives no standalone script for "
-                                   f"{rec['method']} (docs/cohort.md)"})
-            continue
+            return i, {**entry, "path": None,
+                       "why": f"{adapter.name} gives no standalone script for "
+                              f"{rec['method']} (docs/cohort.md)"}, None
         rel = Path("repro") / slug(rec["row"]) / f"{slug(rec['case'])}.py"
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text(text, encoding="utf-8")
-        entries.append({**entry, "path": rel.as_posix(), "lines": text.count("\n"),
-                        "elements": [_elements(case.program), _elements(small.program)]})
-    return entries
+        return i, {**entry, "path": rel.as_posix(), "lines": text.count("\n"),
+                   "elements": [_elements(case.program), _elements(small.program)]}, text
+    return None
 
 
 def _elements(p: Program) -> int:

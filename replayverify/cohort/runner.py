@@ -258,6 +258,10 @@ def _unknown(detail: str, item: tuple[str, bool], why: str) -> list[dict]:
     return [{**_base(item[0], fw)[1], **head, **_empty("error", why)}]
 
 
+def _workers(cfg: CohortConfig) -> int:
+    return cfg.workers or os.cpu_count() or 1
+
+
 def run_tasks(cfg: CohortConfig, executor: Executor | None = None,
               skip: int = 0) -> Iterator[list[dict]]:
     """Each task's records, in task order, from task number ``skip`` on.
@@ -266,7 +270,7 @@ def run_tasks(cfg: CohortConfig, executor: Executor | None = None,
     ``DaskExecutor``, each Dask task keyed by its cohort task id); the records do not
     depend on it.
     """
-    executor = executor or ProcessPool(cfg.workers or os.cpu_count() or 1, limit=cfg.timeout)
+    executor = executor or ProcessPool(_workers(cfg), limit=cfg.timeout)
     items = _Items(cfg, skip)
     with shared_compile_cache():  # JAX's compiles shared by the run's processes
         yield from executor.map(_run_one, items, name=lambda item: item[0], lost=_lost)
@@ -321,7 +325,8 @@ def run_cohort(cfg: CohortConfig, executor: Executor | None = None,
                 on_task(1)
         # still locked: DIR is this run's until its outputs are written
         records = read_records(out / "records.jsonl")
-        reproducers = write_reproducers(out, records)
+        # shrunk in the run's own worker processes (a Dask run's too: shrinking is short)
+        reproducers = write_reproducers(out, records, ProcessPool(_workers(cfg)))
         summary = summarize(cfg, records, time.perf_counter() - start)
         summary["reproducers"] = reproducers
         (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -8,6 +8,7 @@ import pytest
 
 from replayverify.cohort import build_case, run_task
 from replayverify.cohort.repro import claims, kind_of, run_script, shows, write_reproducers
+from replayverify.runs.executors import ProcessPool
 
 torch = pytest.importorskip("torch")
 
@@ -42,6 +43,31 @@ def test_one_shrunk_reproducer_per_row_and_kind_that_shows_its_divergence(tmp_pa
     text = (tmp_path / nr["path"]).read_text()
     assert "import torch" in text and "replayverify" not in text.replace(
         "# replayverify cohort reproducer", "")
+
+
+def test_reproducers_written_by_a_pool_are_the_serial_ones(tmp_path):
+    """The cohort shrinks its reproducers in its worker processes: the same entries in
+    the same order and the same files as one process writes; and a group whose worker
+    is lost gets an entry saying so instead of ending the run."""
+    records = [*run_task("torch/hidden-strided/420000/float32"),
+               *run_task("torch/raw-copy/420001/float64")]
+    serial = write_reproducers(tmp_path / "serial", records)
+    pooled = write_reproducers(tmp_path / "pool", records, ProcessPool(2))
+    assert pooled == serial and len(serial) >= 2
+    for e in serial:
+        if e["path"]:
+            assert (tmp_path / "pool" / e["path"]).read_bytes() == \
+                (tmp_path / "serial" / e["path"]).read_bytes()
+
+    class Lost(ProcessPool):
+        def map(self, fn, tasks, *, name, lost):
+            return iter([lost(t, "worker ended (signal 9)") for t in tasks])
+
+    lost = write_reproducers(tmp_path / "lost", records, Lost(2))
+    # (every group is in it: whether an R qualifies is found by the lost worker)
+    assert {(e["row"], e["kind"]) for e in serial} <= {(e["row"], e["kind"]) for e in lost}
+    assert all(e["path"] is None and e["why"].startswith("lost while shrinking: worker ended")
+               for e in lost)
 
 
 def test_a_reproducer_of_a_matching_method_shows_nothing(tmp_path):

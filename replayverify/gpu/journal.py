@@ -19,12 +19,15 @@ dtype, handled as bytes):
 - :func:`undo` exchanges journal and buffer: the buffer gets the old bytes back and the journal
   keeps the displaced new bytes, so :func:`redo` (the same exchange) reinstates them. If the
   buffer changed between undo and redo, redo still writes back the journal's bytes, but the
-  journal then holds the changed bytes, not the old ones.
+  journal then holds the changed bytes, not the old ones. On NumPy the exchange leaves the
+  journal a new ``data`` array (hold the journal, not its data).
 - :func:`restore` writes the journal into the buffer one way (cheaper: no exchange).
 
 With NumPy a host plan runs (below: the journal's regions coalesced into contiguous runs,
-copied as slices when there are few, else gathered and scattered with precomputed indices in
-units of the runs' common divisor); with CuPy the RawModule kernels run (``use_kernels=False``
+copied as a slice when there is one, else gathered and scattered by fancy indexing with
+precomputed indices in units of the runs' common divisor; an exchange is two passes into a
+new journal array); :class:`OnBuffer` makes the calls on one buffer without re-checking it
+per call. With CuPy the RawModule kernels run (``use_kernels=False``
 runs the plain-indexing reference on CuPy arrays, for cross-checks). The reference is the
 definition the tests hold the host plan and the kernels to, byte for byte.
 """

@@ -354,9 +354,8 @@ def _units(b: np.ndarray, plan: HostPlan) -> np.ndarray:
     return b.view(plan.void)
 
 
-def _host_copy(b: np.ndarray, lay: JournalLayout) -> np.ndarray:
-    """A new journal array holding the layout's bytes of ``b`` (one allocation, one pass)."""
-    plan = host_plan(lay)
+def _host_copy(b: np.ndarray, plan: HostPlan) -> np.ndarray:
+    """A new journal array holding the plan's bytes of ``b`` (one allocation, one pass)."""
     if plan.slices is None:  # fancy indexing of a void view: faster than np.take here
         return _units(b, plan)[plan.index].view(U8)
     if plan.run is not None:
@@ -367,8 +366,7 @@ def _host_copy(b: np.ndarray, lay: JournalLayout) -> np.ndarray:
     return out
 
 
-def _host_gather(b: np.ndarray, lay: JournalLayout, out: np.ndarray) -> None:
-    plan = host_plan(lay)
+def _host_gather(b: np.ndarray, plan: HostPlan, out: np.ndarray) -> None:
     if plan.slices is not None:
         for sb, sj in plan.slices:
             out[sj] = b[sb]
@@ -376,8 +374,7 @@ def _host_gather(b: np.ndarray, lay: JournalLayout, out: np.ndarray) -> None:
         np.take(_units(b, plan), plan.index, out=_units(out, plan), mode="clip")
 
 
-def _host_scatter(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
-    plan = host_plan(lay)
+def _host_scatter(b: np.ndarray, plan: HostPlan, data: np.ndarray) -> None:
     if plan.run is not None:
         b[plan.run] = data
     elif plan.slices is not None:
@@ -387,12 +384,12 @@ def _host_scatter(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
         _units(b, plan)[plan.index] = _units(data, plan)
 
 
-def _host_swap(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> np.ndarray:
+def _host_swap(b: np.ndarray, plan: HostPlan, data: np.ndarray) -> np.ndarray:
     """The exchange in two passes: the buffer's bytes copied into a new array, the journal's
     written into the buffer; returns the new array, the journal's data from now on (the old
     one is dropped: one journal-sized temporary, as a third copy back would also need)."""
-    kept = _host_copy(b, lay)
-    _host_scatter(b, lay, data)
+    kept = _host_copy(b, plan)
+    _host_scatter(b, plan, data)
     return kept
 
 
@@ -420,7 +417,7 @@ HOST = {"gather": _host_gather, "scatter": _host_scatter}
 
 def _run(xp: ModuleType, op: str, b: Any, lay: JournalLayout, data: Any, use_kernels: bool):
     if xp is np:
-        HOST[op](b, lay, data)
+        HOST[op](b, host_plan(lay), data)
     elif use_kernels and is_cupy_module(xp):
         _launch(xp, f"rv_journal_{op}", b, lay, data)
     else:
@@ -434,7 +431,7 @@ def save(xp: ModuleType, buf: Any, lay: JournalLayout, *, use_kernels: bool = Tr
     """A new journal holding the current ("old") bytes of ``lay``'s regions of ``buf``."""
     b = _buffer_bytes(xp, buf, lay)
     if xp is np:
-        return Journal(lay, _host_copy(b, lay), "old")
+        return Journal(lay, _host_copy(b, host_plan(lay)), "old")
     data = xp.empty(lay.payload_bytes, dtype=xp.uint8)
     _run(xp, "gather", b, lay, data, use_kernels)
     return Journal(lay, data, "old")
@@ -452,7 +449,7 @@ def swap(xp: ModuleType, buf: Any, journal: Journal, *, use_kernels: bool = True
     b = _buffer_bytes(xp, buf, journal.layout)
     data = _check_data(xp, journal)
     if xp is np:  # two passes and a new data array (see _host_swap)
-        journal.data = _host_swap(b, journal.layout, data)
+        journal.data = _host_swap(b, host_plan(journal.layout), data)
     else:
         _run(xp, "swap", b, journal.layout, data, use_kernels)
     journal.holds = "new" if journal.holds == "old" else "old"
@@ -490,22 +487,28 @@ class OnBuffer:
         self.xp, self.use_kernels = xp, use_kernels
         self.b = _byte_view(xp, buf)
 
-    def _check(self, lay: JournalLayout, data: Any = None) -> None:
+    def _size(self, lay: JournalLayout) -> None:
         if lay.nbytes != self.b.size:
             raise ValueError(
                 f"buffer holds {self.b.size} bytes but the journal layout is for {lay.nbytes}"
             )
-        if data is not None and data.size != lay.payload_bytes:
+
+    def _plan(self, journal: Journal) -> HostPlan:
+        """The journal's host plan, once its sizes are checked against the buffer's."""
+        self._size(journal.layout)
+        plan = host_plan(journal.layout)
+        if journal.data.size != plan.nbytes:
             raise ValueError(
-                f"journal data holds {data.size} bytes but its layout needs {lay.payload_bytes}"
+                f"journal data holds {journal.data.size} bytes but its layout needs {plan.nbytes}"
             )
+        return plan
 
     def save(self, lay: JournalLayout) -> Journal:
         """As :func:`save`."""
         if self.xp is not np:
             return save(self.xp, self.b, lay, use_kernels=self.use_kernels)
-        self._check(lay)
-        return Journal(lay, _host_copy(self.b, lay), "old")
+        self._size(lay)
+        return Journal(lay, _host_copy(self.b, host_plan(lay)), "old")
 
     def undo(self, journal: Journal) -> None:
         """As :func:`undo`."""
@@ -513,8 +516,7 @@ class OnBuffer:
             return undo(self.xp, self.b, journal, use_kernels=self.use_kernels)
         if journal.holds != "old":
             raise ValueError("undo needs a journal holding old bytes; this one was already undone")
-        self._check(journal.layout, journal.data)
-        journal.data = _host_swap(self.b, journal.layout, journal.data)
+        journal.data = _host_swap(self.b, self._plan(journal), journal.data)
         journal.holds = "new"
         return None
 
@@ -522,6 +524,5 @@ class OnBuffer:
         """As :func:`restore`."""
         if self.xp is not np:
             return restore(self.xp, self.b, journal, use_kernels=self.use_kernels)
-        self._check(journal.layout, journal.data)
-        _host_scatter(self.b, journal.layout, journal.data)
+        _host_scatter(self.b, self._plan(journal), journal.data)
         return None

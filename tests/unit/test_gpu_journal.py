@@ -224,9 +224,9 @@ def test_host_plan_matches_the_reference_byte_for_byte(seed: int) -> None:
             want_buf, want_data = buf.copy(), data.copy()
             _reference(op, want_buf, lay, want_data)
             if op == "swap":
-                data = jr._host_swap(buf, lay, data)
+                data = jr._host_swap(buf, plan, data)
             else:
-                jr.HOST[op](buf, lay, data)
+                jr.HOST[op](buf, plan, data)
             assert buf.tobytes() == want_buf.tobytes(), (op, lay.granularity, lay.regions.size)
             assert data.tobytes() == want_data.tobytes(), (op, lay.granularity)
 

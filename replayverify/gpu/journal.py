@@ -426,6 +426,8 @@ def _run(xp: ModuleType, op: str, b: Any, lay: JournalLayout, data: Any, use_ker
 
 # --- public operations ------------------------------------------------------------------------
 
+ALREADY_UNDONE = "undo needs a journal holding old bytes; this one was already undone"
+
 
 def save(xp: ModuleType, buf: Any, lay: JournalLayout, *, use_kernels: bool = True) -> Journal:
     """A new journal holding the current ("old") bytes of ``lay``'s regions of ``buf``."""
@@ -458,7 +460,7 @@ def swap(xp: ModuleType, buf: Any, journal: Journal, *, use_kernels: bool = True
 def undo(xp: ModuleType, buf: Any, journal: Journal, *, use_kernels: bool = True) -> None:
     """Put the old bytes back into ``buf``; the journal keeps the new bytes for :func:`redo`."""
     if journal.holds != "old":
-        raise ValueError("undo needs a journal holding old bytes; this one was already undone")
+        raise ValueError(ALREADY_UNDONE)
     swap(xp, buf, journal, use_kernels=use_kernels)
 
 
@@ -513,16 +515,16 @@ class OnBuffer:
     def undo(self, journal: Journal) -> None:
         """As :func:`undo`."""
         if self.xp is not np:
-            return undo(self.xp, self.b, journal, use_kernels=self.use_kernels)
-        if journal.holds != "old":
-            raise ValueError("undo needs a journal holding old bytes; this one was already undone")
-        journal.data = _host_swap(self.b, self._plan(journal), journal.data)
-        journal.holds = "new"
-        return None
+            undo(self.xp, self.b, journal, use_kernels=self.use_kernels)
+        elif journal.holds != "old":
+            raise ValueError(ALREADY_UNDONE)
+        else:
+            journal.data = _host_swap(self.b, self._plan(journal), journal.data)
+            journal.holds = "new"
 
     def restore(self, journal: Journal) -> None:
         """As :func:`restore`."""
         if self.xp is not np:
-            return restore(self.xp, self.b, journal, use_kernels=self.use_kernels)
-        _host_scatter(self.b, self._plan(journal), journal.data)
-        return None
+            restore(self.xp, self.b, journal, use_kernels=self.use_kernels)
+        else:
+            _host_scatter(self.b, self._plan(journal), journal.data)

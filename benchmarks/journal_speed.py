@@ -10,11 +10,13 @@ ring rows), ``rows`` (runs of 1 KiB, scattered: the prototype memory's rows; onl
 regions up to 1 KiB) and ``isolated`` (every region its own run, evenly strided over the
 buffer: the worst case, one fancy-index element per region). Per case and operation the
 median over rounds of (operation seconds) / (seconds of one ``np.copyto`` of ``J`` bytes),
-each round timing both back to back; ``save`` is ``journal.save_into`` (gathers ``J``
-bytes), ``undo`` and ``redo`` exchange ``J`` bytes of buffer and journal (each is also given
-against one copy of the ``2 J`` bytes it writes, as ``gpu calibrate`` counts a swap's
-bandwidth). The target is a ratio of at most 2. The load average is printed with the table:
-the machine is shared.
+each round timing both back to back. The operations are those a segmented step executes
+(``replayverify.evaluate.segments``, through ``journal.OnBuffer``): ``save`` makes a new
+journal of ``J`` bytes (allocating it, as a step does), ``undo`` exchanges ``J`` bytes of
+buffer and journal (two passes; also given against one copy of the ``2 J`` bytes it writes,
+as ``gpu calibrate`` counts a swap's bandwidth), ``restore`` writes the journal back (the
+step's redo). The target is a ratio of at most 2. The load average is printed with the
+table: the machine is shared.
 
 ``floor`` is a second baseline for the same operation: one ``np.copyto`` from a strided view
 of exactly the journal's bytes (basic slicing, no index arrays: the least work NumPy can do to
@@ -85,7 +87,8 @@ def measure(
         return None
     buf = (np.arange(BUFFER, dtype=np.uint32) % 251).astype(np.uint8)  # real pages, distinct
     lay = jr.layout(BUFFER, regions, granularity)
-    journal = jr.save(np, buf, lay)
+    on = jr.OnBuffer(np, buf)
+    journal = on.save(lay)
     view = _floor_view(regions, granularity, buf)
     floor_dst = np.empty(view.shape, dtype=np.uint8)
     np.copyto(floor_dst, view)
@@ -94,30 +97,31 @@ def measure(
     dst = np.empty_like(src)
     reps = max(5, min(200, (64 * MiB) // journal_bytes))
 
-    def undo_redo() -> None:
-        jr.undo(np, buf, journal)
-        jr.redo(np, buf, journal)
+    def undo() -> None:
+        journal.holds = "old"  # exchange back and forth: the same bytes move every time
+        on.undo(journal)
 
     ops = {
-        "save": (lambda: jr.save_into(np, buf, journal), 1),
-        "undo/redo": (undo_redo, 2),  # two operations per call
+        "save": lambda: on.save(lay),
+        "undo": undo,
+        "restore": lambda: on.restore(journal),
     }
     src2 = np.ones(2 * journal_bytes, dtype=np.uint8)
     dst2 = np.empty_like(src2)
-    ratios: dict[str, list[float]] = {op: [] for op in (*ops, "undo/redo written", "floor",
+    ratios: dict[str, list[float]] = {op: [] for op in (*ops, "undo written", "floor",
                                                          "save/floor")}
     for _ in range(rounds):
-        for op, (fn, per) in ops.items():
+        for op, fn in ops.items():
             fn()
             base = _time(lambda: np.copyto(dst, src), reps)
-            t = _time(fn, reps) / per
+            t = _time(fn, reps)
             ratios[op].append(t / base)
             if op == "save":
                 floor = _time(lambda: np.copyto(floor_dst, view), reps)
                 ratios["floor"].append(floor / base)
                 ratios["save/floor"].append(t / floor)
-            if op == "undo/redo":  # an exchange writes 2 J bytes (buffer and journal)
-                ratios["undo/redo written"].append(t / _time(lambda: np.copyto(dst2, src2), reps))
+            if op == "undo":  # an exchange writes 2 J bytes (buffer and journal)
+                ratios["undo written"].append(t / _time(lambda: np.copyto(dst2, src2), reps))
     out = {op: statistics.median(r) for op, r in ratios.items()}
     out["copy_us"] = 1e6 * _time(lambda: np.copyto(dst, src), reps)
     return out
@@ -133,7 +137,8 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()}")
     print(
         f"{'pattern':<11} {'region':>7} {'journal':>8} {'regions':>7} "
-        f"{'copy us':>8} {'save':>6} {'undo/redo':>9} {'of 2J':>6} {'floor':>6} {'save/floor':>10}"
+        f"{'copy us':>8} {'save':>6} {'undo':>6} {'of 2J':>6} {'restore':>7} {'floor':>6} "
+        f"{'save/floor':>10}"
         "   (ratio to one np.copyto of J bytes; of 2J: of the 2 J bytes an exchange writes; "
         "floor: one strided copy of the same bytes)"
     )
@@ -147,8 +152,9 @@ def main() -> None:
                     continue
                 print(
                     f"{pattern:<11} {g:>7} {size // KiB:>6}Ki {size // g:>7} "
-                    f"{r['copy_us']:>8.1f} {r['save']:>6.2f} {r['undo/redo']:>9.2f} "
-                    f"{r['undo/redo written']:>6.2f} {r['floor']:>6.2f} {r['save/floor']:>10.2f}"
+                    f"{r['copy_us']:>8.1f} {r['save']:>6.2f} {r['undo']:>6.2f} "
+                    f"{r['undo written']:>6.2f} {r['restore']:>7.2f} {r['floor']:>6.2f} "
+                    f"{r['save/floor']:>10.2f}"
                 )
     print(f"load average at end: {os.getloadavg()}")
 

@@ -145,7 +145,8 @@ def run_segmented(
     if bad:
         raise ValueError(f"unknown options {bad}; options are {', '.join(OPTIONS)}")
     journal_of = journalled(step, policy)
-    flat = state.reshape(-1).view(xp.uint8) if any(journal_of) else None  # the journals' bytes
+    # the journal operations on the state, its byte view checked once per step
+    ops = jr.OnBuffer(xp, state) if any(journal_of) else None
     anchor_at = [
         p == "whole" and not (share_anchors and k > 0 and policy[k - 1] == "whole")
         for k, p in enumerate(policy)
@@ -164,7 +165,7 @@ def run_segmented(
             anchors[k] = state.copy()
         if journal_of[k]:
             phase("preserve")
-            journals[k] = jr.save(xp, flat, step.layout(k))
+            journals[k] = ops.save(step.layout(k))
         phase("compute")
         saved, nxt = step.forward(k, carry, keep=option == "eager", write=True)
         kept[k] = saved if option == "eager" else carry
@@ -213,7 +214,7 @@ def run_segmented(
             phase("recover")
             for j in range(undone - 1, k - 1, -1):
                 if j in journals:
-                    jr.undo(xp, flat, journals[j])
+                    ops.undo(journals[j])
             undone = min(undone, k)
             phase("compute")
             saved, _ = step.forward(k, kept[k], keep=False, write=False)
@@ -227,6 +228,6 @@ def run_segmented(
         phase("recover")
         for j in range(undone, n):  # the journals are dropped next: a one-way restore
             if j in journals:  # of the new bytes that undo left in them is the redo
-                jr.restore(xp, flat, journals[j])
+                ops.restore(journals[j])
     phase("end")
     return grad

@@ -19,12 +19,15 @@ dtype, handled as bytes):
 - :func:`undo` exchanges journal and buffer: the buffer gets the old bytes back and the journal
   keeps the displaced new bytes, so :func:`redo` (the same exchange) reinstates them. If the
   buffer changed between undo and redo, redo still writes back the journal's bytes, but the
-  journal then holds the changed bytes, not the old ones.
+  journal then holds the changed bytes, not the old ones. On NumPy the exchange leaves the
+  journal a new ``data`` array (hold the journal, not its data).
 - :func:`restore` writes the journal into the buffer one way (cheaper: no exchange).
 
 With NumPy a host plan runs (below: the journal's regions coalesced into contiguous runs,
-copied as slices when there are few, else gathered and scattered with precomputed indices in
-units of the runs' common divisor); with CuPy the RawModule kernels run (``use_kernels=False``
+copied as a slice when there is one, else gathered and scattered by fancy indexing with
+precomputed indices in units of the runs' common divisor; an exchange is two passes into a
+new journal array); :class:`OnBuffer` makes the calls on one buffer without re-checking it
+per call. With CuPy the RawModule kernels run (``use_kernels=False``
 runs the plain-indexing reference on CuPy arrays, for cross-checks). The reference is the
 definition the tests hold the host plan and the kernels to, byte for byte.
 """
@@ -289,7 +292,8 @@ def _ref_swap(xp: ModuleType, b: Any, lay: JournalLayout, data: Any) -> None:
 
 # --- the NumPy host plan: coalesced runs ------------------------------------------------------
 
-LOOP_RUNS = 16  # up to this many runs are copied as slices; more go through take / put
+LOOP_RUNS = 1  # up to this many runs are copied as slices; more go through fancy indexing
+# (measured on NumPy 2: indexing a void view with 2 runs costs less than 2 slice copies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,14 +302,17 @@ class HostPlan:
     regions coalesce; the journal is compact, so a run is contiguous in both). Few runs:
     ``slices`` (buffer slice, journal slice) pairs. Many: ``unit`` bytes (the common divisor
     of every run's start and stop and of the buffer size) and ``index``, the buffer's units
-    in journal order, for ``np.take`` / ``np.put``-style fancy indexing on a view as
+    in journal order, for fancy indexing (``units[index]``) on a view as
     ``void``, the ``unit``-byte void dtype (made once: making a dtype costs microseconds, as
-    much as a small journal's copy)."""
+    much as a small journal's copy). ``nbytes``: the journal's size; ``run``: the buffer's
+    slice when there is exactly one run (the journal is then that slice, whole)."""
 
     slices: tuple[tuple[slice, slice], ...] | None
     unit: int
     index: np.ndarray | None
     void: np.dtype | None = None
+    nbytes: int = 0
+    run: slice | None = None
 
 
 def host_plan(lay: JournalLayout) -> HostPlan:
@@ -330,14 +337,15 @@ def host_plan(lay: JournalLayout) -> HostPlan:
             (slice(int(a), int(b)), slice(int(o), int(o + b - a)))
             for a, b, o in zip(run_starts, run_stops, offsets)
         )
-        plan = HostPlan(slices, 1, None)
+        run = slices[0][0] if len(slices) == 1 else None
+        plan = HostPlan(slices, 1, None, nbytes=lay.payload_bytes, run=run)
     else:
         unit = int(np.gcd.reduce(np.concatenate([run_starts, run_stops, [lay.nbytes]])))
         counts = lengths // unit
         base = np.repeat(run_starts // unit - (np.cumsum(counts) - counts), counts)
         index = base + np.arange(int(counts.sum()), dtype=np.int64)
         index.flags.writeable = False
-        plan = HostPlan(None, unit, index, np.dtype((np.void, unit)))
+        plan = HostPlan(None, unit, index, np.dtype((np.void, unit)), lay.payload_bytes)
     lay._device["host"] = plan
     return plan
 
@@ -346,36 +354,43 @@ def _units(b: np.ndarray, plan: HostPlan) -> np.ndarray:
     return b.view(plan.void)
 
 
-def _host_gather(b: np.ndarray, lay: JournalLayout, out: np.ndarray) -> None:
-    plan = host_plan(lay)
+def _host_copy(b: np.ndarray, plan: HostPlan) -> np.ndarray:
+    """A new journal array holding the plan's bytes of ``b`` (one allocation, one pass)."""
+    if plan.slices is None:  # fancy indexing of a void view: faster than np.take here
+        return _units(b, plan)[plan.index].view(U8)
+    if plan.run is not None:
+        return b[plan.run].copy()
+    out = np.empty(plan.nbytes, dtype=U8)
+    for sb, sj in plan.slices:
+        out[sj] = b[sb]
+    return out
+
+
+def _host_gather(b: np.ndarray, plan: HostPlan, out: np.ndarray) -> None:
     if plan.slices is not None:
         for sb, sj in plan.slices:
             out[sj] = b[sb]
-    else:  # indices were validated with the layout: clip never clips
+    else:
         np.take(_units(b, plan), plan.index, out=_units(out, plan), mode="clip")
 
 
-def _host_scatter(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
-    plan = host_plan(lay)
-    if plan.slices is not None:
+def _host_scatter(b: np.ndarray, plan: HostPlan, data: np.ndarray) -> None:
+    if plan.run is not None:
+        b[plan.run] = data
+    elif plan.slices is not None:
         for sb, sj in plan.slices:
             b[sb] = data[sj]
-    else:
-        np.put(_units(b, plan), plan.index, _units(data, plan), mode="clip")
+    else:  # faster than np.put
+        _units(b, plan)[plan.index] = _units(data, plan)
 
 
-def _host_swap(b: np.ndarray, lay: JournalLayout, data: np.ndarray) -> None:
-    plan = host_plan(lay)
-    if plan.slices is not None:
-        for sb, sj in plan.slices:  # a run at a time: the temporary is one run
-            kept = b[sb].copy()
-            b[sb] = data[sj]
-            data[sj] = kept
-    else:
-        kept = np.empty_like(data)
-        _host_gather(b, lay, kept)
-        _host_scatter(b, lay, data)
-        np.copyto(data, kept)
+def _host_swap(b: np.ndarray, plan: HostPlan, data: np.ndarray) -> np.ndarray:
+    """The exchange in two passes: the buffer's bytes copied into a new array, the journal's
+    written into the buffer; returns the new array, the journal's data from now on (the old
+    one is dropped: one journal-sized temporary, as a third copy back would also need)."""
+    kept = _host_copy(b, plan)
+    _host_scatter(b, plan, data)
+    return kept
 
 
 # --- the CuPy kernels -------------------------------------------------------------------------
@@ -397,12 +412,12 @@ def _launch(xp: ModuleType, name: str, b: Any, lay: JournalLayout, data: Any) ->
     _kernels.function(xp, name)(blocks, threads, args)
 
 
-HOST = {"gather": _host_gather, "scatter": _host_scatter, "swap": _host_swap}
+HOST = {"gather": _host_gather, "scatter": _host_scatter}
 
 
 def _run(xp: ModuleType, op: str, b: Any, lay: JournalLayout, data: Any, use_kernels: bool):
     if xp is np:
-        HOST[op](b, lay, data)
+        HOST[op](b, host_plan(lay), data)
     elif use_kernels and is_cupy_module(xp):
         _launch(xp, f"rv_journal_{op}", b, lay, data)
     else:
@@ -411,10 +426,14 @@ def _run(xp: ModuleType, op: str, b: Any, lay: JournalLayout, data: Any, use_ker
 
 # --- public operations ------------------------------------------------------------------------
 
+ALREADY_UNDONE = "undo needs a journal holding old bytes; this one was already undone"
+
 
 def save(xp: ModuleType, buf: Any, lay: JournalLayout, *, use_kernels: bool = True) -> Journal:
     """A new journal holding the current ("old") bytes of ``lay``'s regions of ``buf``."""
     b = _buffer_bytes(xp, buf, lay)
+    if xp is np:
+        return Journal(lay, _host_copy(b, host_plan(lay)), "old")
     data = xp.empty(lay.payload_bytes, dtype=xp.uint8)
     _run(xp, "gather", b, lay, data, use_kernels)
     return Journal(lay, data, "old")
@@ -430,14 +449,18 @@ def save_into(xp: ModuleType, buf: Any, journal: Journal, *, use_kernels: bool =
 def swap(xp: ModuleType, buf: Any, journal: Journal, *, use_kernels: bool = True) -> None:
     """Exchange the journal's bytes with the buffer's regions; "old" and "new" trade places."""
     b = _buffer_bytes(xp, buf, journal.layout)
-    _run(xp, "swap", b, journal.layout, _check_data(xp, journal), use_kernels)
+    data = _check_data(xp, journal)
+    if xp is np:  # two passes and a new data array (see _host_swap)
+        journal.data = _host_swap(b, host_plan(journal.layout), data)
+    else:
+        _run(xp, "swap", b, journal.layout, data, use_kernels)
     journal.holds = "new" if journal.holds == "old" else "old"
 
 
 def undo(xp: ModuleType, buf: Any, journal: Journal, *, use_kernels: bool = True) -> None:
     """Put the old bytes back into ``buf``; the journal keeps the new bytes for :func:`redo`."""
     if journal.holds != "old":
-        raise ValueError("undo needs a journal holding old bytes; this one was already undone")
+        raise ValueError(ALREADY_UNDONE)
     swap(xp, buf, journal, use_kernels=use_kernels)
 
 
@@ -452,3 +475,56 @@ def restore(xp: ModuleType, buf: Any, journal: Journal, *, use_kernels: bool = T
     """Write the journal's bytes into ``buf`` one way (the journal is unchanged)."""
     b = _buffer_bytes(xp, buf, journal.layout)
     _run(xp, "scatter", b, journal.layout, _check_data(xp, journal), use_kernels)
+
+
+class OnBuffer:
+    """The operations above on one buffer whose byte view is checked once, not per call: for
+    a caller that saves, undoes and restores many journals of one buffer (a segmented step
+    makes three calls per segment, and on NumPy the per-call checks cost as much as copying
+    a small journal). Per call only sizes are checked: the layout's buffer size, and the
+    journal data's size (the journals must come from :func:`save` or this object, whose data
+    are 1-D uint8 arrays). The bytes moved are those of the functions above."""
+
+    def __init__(self, xp: ModuleType, buf: Any, *, use_kernels: bool = True):
+        self.xp, self.use_kernels = xp, use_kernels
+        self.b = _byte_view(xp, buf)
+
+    def _size(self, lay: JournalLayout) -> None:
+        if lay.nbytes != self.b.size:
+            raise ValueError(
+                f"buffer holds {self.b.size} bytes but the journal layout is for {lay.nbytes}"
+            )
+
+    def _plan(self, journal: Journal) -> HostPlan:
+        """The journal's host plan, once its sizes are checked against the buffer's."""
+        self._size(journal.layout)
+        plan = host_plan(journal.layout)
+        if journal.data.size != plan.nbytes:
+            raise ValueError(
+                f"journal data holds {journal.data.size} bytes but its layout needs {plan.nbytes}"
+            )
+        return plan
+
+    def save(self, lay: JournalLayout) -> Journal:
+        """As :func:`save`."""
+        if self.xp is not np:
+            return save(self.xp, self.b, lay, use_kernels=self.use_kernels)
+        self._size(lay)
+        return Journal(lay, _host_copy(self.b, host_plan(lay)), "old")
+
+    def undo(self, journal: Journal) -> None:
+        """As :func:`undo`."""
+        if self.xp is not np:
+            undo(self.xp, self.b, journal, use_kernels=self.use_kernels)
+        elif journal.holds != "old":
+            raise ValueError(ALREADY_UNDONE)
+        else:
+            journal.data = _host_swap(self.b, self._plan(journal), journal.data)
+            journal.holds = "new"
+
+    def restore(self, journal: Journal) -> None:
+        """As :func:`restore`."""
+        if self.xp is not np:
+            restore(self.xp, self.b, journal, use_kernels=self.use_kernels)
+        else:
+            _host_scatter(self.b, self._plan(journal), journal.data)

@@ -223,7 +223,10 @@ def test_host_plan_matches_the_reference_byte_for_byte(seed: int) -> None:
             data = _buffer(lay.payload_bytes, seed + 20)
             want_buf, want_data = buf.copy(), data.copy()
             _reference(op, want_buf, lay, want_data)
-            jr.HOST[op](buf, lay, data)
+            if op == "swap":
+                data = jr._host_swap(buf, plan, data)
+            else:
+                jr.HOST[op](buf, plan, data)
             assert buf.tobytes() == want_buf.tobytes(), (op, lay.granularity, lay.regions.size)
             assert data.tobytes() == want_data.tobytes(), (op, lay.granularity)
 
@@ -278,3 +281,65 @@ def test_unaligned_typed_views_use_the_host_plan() -> None:
     for r in lay.regions.tolist():
         want[16 * r : 16 * r + 16] = old[16 * r : 16 * r + 16]
     assert buf.reshape(-1).view(np.uint8).tobytes() == want.tobytes()
+
+
+# --- OnBuffer: the operations on one buffer, its byte view checked once ----------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_on_buffer_moves_the_bytes_the_functions_move(seed: int) -> None:
+    """Save, undo, redo (a restore of the new bytes) and restore through :class:`OnBuffer` leave
+    buffer and journal byte for byte as the module's functions do, on both host paths."""
+    for lay in _layouts(seed):
+        a = _buffer(lay.nbytes, seed + 30)
+        b = a.copy()
+        ops = jr.OnBuffer(np, b)
+        ja, jb = jr.save(np, a, lay), ops.save(lay)
+        assert ja.data.tobytes() == jb.data.tobytes() and jb.holds == "old"
+        _write_inside(a, lay, seed)
+        _write_inside(b, lay, seed)
+        jr.undo(np, a, ja)
+        ops.undo(jb)
+        assert a.tobytes() == b.tobytes() and ja.data.tobytes() == jb.data.tobytes()
+        assert jb.holds == "new"
+        jr.restore(np, a, ja)
+        ops.restore(jb)
+        assert a.tobytes() == b.tobytes()
+
+
+def test_on_buffer_checks_the_buffer_once_and_sizes_per_call(monkeypatch) -> None:
+    """The byte view is made (and checked) when the object is built, not per call; a layout
+    for another buffer size, journal data of the wrong size and a second undo are refused."""
+    calls = []
+    real = jr._byte_view
+    monkeypatch.setattr(jr, "_byte_view", lambda *a: calls.append(1) or real(*a))
+    buf = _buffer(4096, 4)
+    ops = jr.OnBuffer(np, buf)
+    lay = jr.layout(4096, [1, 2, 40, 200], 16)
+    journals = [ops.save(lay) for _ in range(3)]
+    for j in journals:
+        ops.undo(j)
+        ops.restore(j)
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="buffer holds 4096 bytes but the journal layout is for"):
+        ops.save(jr.layout(8192, [1], 16))
+    with pytest.raises(ValueError, match="already undone"):
+        ops.undo(journals[0])
+    journals[1].data = journals[1].data[:16]
+    with pytest.raises(ValueError, match="journal data holds 16 bytes but its layout needs 64"):
+        ops.restore(journals[1])
+
+
+def test_a_segmented_step_checks_the_state_once_per_step(monkeypatch) -> None:
+    """run_segmented makes its journal calls through one OnBuffer: with 64 region segments
+    (three journal calls each) the state's byte view is checked once."""
+    from replayverify.evaluate import segments as sg
+    from replayverify.evaluate import workloads as wl
+
+    cell = next(c for c in wl.paper_cells() if c.name == "prototype").at(512)
+    step = wl.make_step(np, cell)
+    calls = []
+    real = jr._byte_view
+    monkeypatch.setattr(jr, "_byte_view", lambda *a: calls.append(1) or real(*a))
+    sg.run_segmented(step, ("region",) * cell.segments, copy=np.copyto)
+    assert cell.segments == 64 and len(calls) == 1

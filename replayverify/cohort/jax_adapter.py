@@ -83,12 +83,18 @@ def _key_bytes(jax: Any, key: Any) -> bytes:
     return np.asarray(jax.random.key_data(key)).tobytes()
 
 
-def _draw(jax: Any, key: Any, op, n: int, dtype: str) -> tuple[Any, Any]:
+def _draw(jax: Any, key: Any, op, n: int, dtype: str, keep: Any = None) -> tuple[Any, Any]:
+    """(next key, the op's draw); ``keep``: the dropout's keep probability as an array of
+    the dtype (default: ``op.keep`` made one)."""
     key, sub = jax.random.split(key)
     if op.kind.value == "noise":
         return key, jax.random.normal(sub, (n,), dtype)
     u = jax.random.uniform(sub, (n,), dtype)
-    return key, (u < jax.numpy.asarray(op.keep, dtype)).astype(dtype)
+    keep = jax.numpy.asarray(op.keep, dtype) if keep is None else keep
+    return key, (u < keep).astype(dtype)
+
+
+_COEFS = ("a", "b", "c", "sigma", "keep")  # the Op fields RULES and _draw read
 
 
 class _Holder:
@@ -110,6 +116,36 @@ class _Run:
             bufs[self.p.view(e.view).buffer][self.index[e.view]] = e.values
         self.start = {k: self.jnp.asarray(v) for k, v in bufs.items()}
         self.holder: _Holder | None = None
+        # The case's numbers as arguments (``numbers()``), while a subclass traces the
+        # program with them; None: each is made a constant where it is used.
+        self.given: dict | None = None
+
+    def numbers(self) -> dict:
+        """Every number of the case the program uses, by name: the start buffers, each
+        op's coefficients (``"<k>.<name>"``, in the case's dtype), the loss weights and
+        the draw seed. A program traced with these as arguments is the same program for
+        every case of the same shape (``jax_state_adapter``: the persistent compilation
+        cache then serves the cases after the first)."""
+        jnp, dtype = self.jnp, self.case.dtype
+        given = {"start": dict(self.start),
+                 "weights": jnp.asarray(self.p.loss.weights, jnp.float64),
+                 "seed": jnp.asarray(np.int64(self.case.draw_seed))}  # as random.key has it
+        for k, op in enumerate(self.p.ops):
+            for c in _COEFS:
+                if getattr(op, c) is not None:
+                    given[f"{k}.{c}"] = jnp.asarray(op.coef(c), dtype)
+        return given
+
+    def number(self, name: str, value: Any, dtype: Any) -> Any:
+        """Number ``name`` of the case: the argument while tracing with ``numbers()``,
+        else ``value`` as a constant array of ``dtype``."""
+        if self.given is not None:
+            return self.given[name]
+        return self.jnp.asarray(value, dtype)
+
+    def seed(self) -> Any:
+        """The draw seed: the argument while tracing with ``numbers()``, else the int."""
+        return self.case.draw_seed if self.given is None else self.given["seed"]
 
     # ------------------------------------------------------------ views
     def read(self, bufs: dict, name: str) -> Any:
@@ -139,18 +175,18 @@ class _Run:
                                   [(lo, hi, step - 1)])
         mask = np.zeros(buf.shape[0], bool)
         mask[self.index[name]] = True
-        return self.jnp.where(mask, spread, buf)
+        return self.jax.lax.select(self.jnp.asarray(mask), spread, buf)
 
     # ------------------------------------------------------------ one op
     def op(self, k: int, bufs: dict, key: Any) -> Any:
-        jnp = self.jnp
         op = self.p.ops[k]
         dtype = self.case.dtype
         o = operands(op, lambda name: self.read(bufs, name))
         z = None
         if op.spec.draws:
             key, z = self.draw(key, op)
-        values = self.tag(op, RULES[op.kind](lambda c: jnp.asarray(op.coef(c), dtype), o, z))
+        values = self.tag(op, RULES[op.kind](
+            lambda c: self.number(f"{k}.{c}", op.coef(c), dtype), o, z))
         if k in self.case.roles.untracked:
             values = self.jax.lax.stop_gradient(values)
         self.store(bufs, op.dst, values)
@@ -158,7 +194,9 @@ class _Run:
 
     def draw(self, key: Any, op) -> tuple[Any, Any]:
         """(next key, the op's draw), as ``draw_tape`` makes it."""
-        return _draw(self.jax, key, op, self.p.view(op.dst).size, self.case.dtype)
+        k = next(k for k, o in enumerate(self.p.ops) if o is op)
+        keep = None if op.keep is None else self.number(f"{k}.keep", op.keep, self.case.dtype)
+        return _draw(self.jax, key, op, self.p.view(op.dst).size, self.case.dtype, keep)
 
     def tag(self, op, values: Any) -> Any:
         """An op's output as the program uses it (a subclass may name it for remat)."""
@@ -181,11 +219,11 @@ class _Run:
     def program(self, xs: tuple) -> tuple:
         """(loss, (final buffers, final key)) as a function of the inputs."""
         jnp = self.jnp
-        bufs = dict(self.start)
+        bufs = self.start_buffers()
         for name, x in zip(self.p.inputs, xs):
             b = self.p.view(name).buffer
             bufs[b] = self.written(bufs[b], name, x)
-        key = self.jax.random.key(self.case.draw_seed)
+        key = self.jax.random.key(self.seed())
         hidden = self.case.roles.hidden
         holder = self.method.startswith("holder")
         if holder:
@@ -198,10 +236,15 @@ class _Run:
             key = self.step(range(seg.start), bufs, key)
             key = self.checkpointed(seg, bufs, key)
             key = self.step(range(seg.stop, n), bufs, key)
-        w = jnp.asarray(self.p.loss.weights, jnp.float64)
+        w = self.number("weights", self.p.loss.weights, jnp.float64)
         lv = self.p.loss.view
         values = self.read(bufs, lv).reshape(-1).astype(jnp.float64)
         return jnp.sum(w * values), (bufs, None if holder else key)
+
+    def start_buffers(self) -> dict:
+        """The buffers before the inputs are written (arguments while tracing with
+        ``numbers()``)."""
+        return dict(self.start if self.given is None else self.given["start"])
 
     def step(self, ks: range, bufs: dict, key: Any) -> Any:
         """Ops ``ks`` on ``bufs``; with a holder, its hidden buffers and key are used and

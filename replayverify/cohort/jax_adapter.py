@@ -122,10 +122,11 @@ class _Run:
 
     def numbers(self) -> dict:
         """Every number of the case the program uses, by name: the start buffers, each
-        op's coefficients (``"<k>.<name>"``, in the case's dtype), the loss weights and
-        the draw seed. A program traced with these as arguments is the same program for
-        every case of the same shape (``jax_state_adapter``: the persistent compilation
-        cache then serves the cases after the first)."""
+        op's coefficients (``"<k>.<name>"``, in the case's dtype), the loss weights, the
+        draw seed, and each 1-D view's first element and mask. A program traced with
+        these as arguments is the same program for every case of the same shape
+        (``jax_state_adapter``: the persistent compilation cache then serves the cases
+        after the first)."""
         jnp, dtype = self.jnp, self.case.dtype
         given = {"start": dict(self.start),
                  "weights": jnp.asarray(self.p.loss.weights, jnp.float64),
@@ -134,6 +135,10 @@ class _Run:
             for c in _COEFS:
                 if getattr(op, c) is not None:
                     given[f"{k}.{c}"] = jnp.asarray(op.coef(c), dtype)
+        for v in self.p.views:  # where the 1-D views are (read and written)
+            if len(v.shape) == 1:
+                given[f"lo.{v.name}"] = jnp.asarray(np.int64(v.offset // v.itemsize))
+                given[f"mask.{v.name}"] = jnp.asarray(self.mask(v.name))
         return given
 
     def number(self, name: str, value: Any, dtype: Any) -> Any:
@@ -149,33 +154,57 @@ class _Run:
 
     # ------------------------------------------------------------ views
     def read(self, bufs: dict, name: str) -> Any:
-        """A view's elements: one strided ``lax.slice`` for a 1-D view, else a gather."""
+        """A view's elements: one strided ``lax.slice`` for a 1-D view, else a gather.
+
+        While tracing with ``numbers()``, a 1-D view's first element is an argument: a
+        ``dynamic_slice`` of the view's span at it, then the strided slice (the same
+        elements; its transpose puts the cotangent at the same places, with no add).
+        """
         v = self.p.view(name)
         buf = bufs[v.buffer]
         if len(v.shape) == 1:
+            lax = self.jax.lax
             lo, n, step = v.offset // v.itemsize, v.shape[0], v.strides[0] // v.itemsize
-            return self.jax.lax.slice(buf, (lo,), (lo + (n - 1) * step + 1,), (step,))
+            span = (n - 1) * step + 1
+            if self.given is not None:
+                part = lax.dynamic_slice(buf, (self.given[f"lo.{name}"],), (span,))
+                return lax.slice(part, (0,), (span,), (step,))
+            return lax.slice(buf, (lo,), (lo + span,), (step,))
         return buf[self.index[name]].reshape(v.shape)
 
     def written(self, buf: Any, name: str, values: Any) -> Any:
         """``buf`` with the view's elements replaced (out of place, exact bits).
 
         1-D views: ``lax.pad`` spreads the values to their strided positions and a select
-        takes them there. Otherwise ``.at[index].set(..., unique_indices=True)``: a view's
-        elements are distinct, and without the hint JAX's differentiated scatter writes
-        -0.0 as +0.0.
+        takes them there (while tracing with ``numbers()``: spread over the view's span,
+        which ``dynamic_update_slice`` puts into zeros at the view's first element, an
+        argument, as is the mask). Otherwise ``.at[index].set(..., unique_indices=True)``:
+        a view's elements are distinct, and without the hint JAX's differentiated
+        scatter writes -0.0 as +0.0.
         """
         v = self.p.view(name)
         values = values.reshape(-1)
         if len(v.shape) != 1:
             return buf.at[self.index[name]].set(values, unique_indices=True)
+        lax, jnp = self.jax.lax, self.jnp
         lo, n, step = v.offset // v.itemsize, v.shape[0], v.strides[0] // v.itemsize
+        zero = jnp.zeros((), buf.dtype)
+        if self.given is not None:
+            spread = lax.dynamic_update_slice(
+                jnp.zeros(buf.shape, buf.dtype), lax.pad(values, zero, [(0, 0, step - 1)]),
+                (self.given[f"lo.{name}"],))
+            return lax.select(self.given[f"mask.{name}"], spread, buf)
         hi = buf.shape[0] - (lo + (n - 1) * step + 1)
-        spread = self.jax.lax.pad(values, self.jnp.zeros((), buf.dtype),
-                                  [(lo, hi, step - 1)])
-        mask = np.zeros(buf.shape[0], bool)
+        spread = lax.pad(values, zero, [(lo, hi, step - 1)])
+        return lax.select(jnp.asarray(self.mask(name)), spread, buf)
+
+    def mask(self, name: str) -> np.ndarray:
+        """True at the elements of 1-D view ``name`` in its buffer."""
+        v = self.p.view(name)
+        buffer = next(b for b in self.p.buffers if b.name == v.buffer)
+        mask = np.zeros(buffer.nbytes // v.itemsize, bool)
         mask[self.index[name]] = True
-        return self.jax.lax.select(self.jnp.asarray(mask), spread, buf)
+        return mask
 
     # ------------------------------------------------------------ one op
     def op(self, k: int, bufs: dict, key: Any) -> Any:

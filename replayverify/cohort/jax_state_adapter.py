@@ -258,9 +258,13 @@ NO_FMA = "--xla_cpu_max_isa=AVX"
 # compile time (measured: 2.2 -> 1.0 s CPU for the ~50 compiles of one eager case, 1.4 ->
 # 0.6 s for a jit case) and leave the arithmetic as it is: no fast math either way, no
 # FMA (AVX), IEEE ops correctly rounded whatever LLVM optimises; the records of a
-# multi-key run are identical with and without them (docs/cohort.md, "Speed").
+# multi-key run are identical with and without them (docs/cohort.md, "Speed"). One LLVM
+# module per executable, not split for parallel codegen: these modules are small, the
+# split costs more than its threads win on a loaded machine (measured: 21-23 -> 17-18 CPU
+# seconds for the 297 compiles of 28 case-methods), and it changes where code is
+# compiled, not what it computes (the observations' bytes identical both ways).
 FAST_COMPILE = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-                " --xla_cpu_use_fusion_emitters=false")
+                " --xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1")
 CHILD_XLA_FLAGS = f"{NO_FMA} {FAST_COMPILE}"
 TARGET = "replayverify.cohort.jax_state_adapter:JaxStateInProcess"
 

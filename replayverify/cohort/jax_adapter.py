@@ -83,12 +83,18 @@ def _key_bytes(jax: Any, key: Any) -> bytes:
     return np.asarray(jax.random.key_data(key)).tobytes()
 
 
-def _draw(jax: Any, key: Any, op, n: int, dtype: str) -> tuple[Any, Any]:
+def _draw(jax: Any, key: Any, op, n: int, dtype: str, keep: Any = None) -> tuple[Any, Any]:
+    """(next key, the op's draw); ``keep``: the dropout's keep probability as an array of
+    the dtype (default: ``op.keep`` made one)."""
     key, sub = jax.random.split(key)
     if op.kind.value == "noise":
         return key, jax.random.normal(sub, (n,), dtype)
     u = jax.random.uniform(sub, (n,), dtype)
-    return key, (u < jax.numpy.asarray(op.keep, dtype)).astype(dtype)
+    keep = jax.numpy.asarray(op.keep, dtype) if keep is None else keep
+    return key, (u < keep).astype(dtype)
+
+
+_COEFS = ("a", "b", "c", "sigma", "keep")  # the Op fields RULES and _draw read
 
 
 class _Holder:
@@ -110,47 +116,106 @@ class _Run:
             bufs[self.p.view(e.view).buffer][self.index[e.view]] = e.values
         self.start = {k: self.jnp.asarray(v) for k, v in bufs.items()}
         self.holder: _Holder | None = None
+        # The case's numbers as arguments (``numbers()``), while a subclass traces the
+        # program with them; None: each is made a constant where it is used.
+        self.given: dict | None = None
+
+    def numbers(self) -> dict:
+        """Every number of the case the program uses, by name: the start buffers, each
+        op's coefficients (``"<k>.<name>"``, in the case's dtype), the loss weights, the
+        draw seed, and each 1-D view's first element and mask. A program traced with
+        these as arguments is the same program for every case of the same shape
+        (``jax_state_adapter``: the persistent compilation cache then serves the cases
+        after the first)."""
+        jnp, dtype = self.jnp, self.case.dtype
+        given = {"start": dict(self.start),
+                 "weights": jnp.asarray(self.p.loss.weights, jnp.float64),
+                 "seed": jnp.asarray(np.int64(self.case.draw_seed))}  # as random.key has it
+        for k, op in enumerate(self.p.ops):
+            for c in _COEFS:
+                if getattr(op, c) is not None:
+                    given[f"{k}.{c}"] = jnp.asarray(op.coef(c), dtype)
+        for v in self.p.views:  # where the 1-D views are (read and written)
+            if len(v.shape) == 1:
+                given[f"lo.{v.name}"] = jnp.asarray(np.int64(v.offset // v.itemsize))
+                given[f"mask.{v.name}"] = jnp.asarray(self.mask(v.name))
+        return given
+
+    def number(self, name: str, value: Any, dtype: Any) -> Any:
+        """Number ``name`` of the case: the argument while tracing with ``numbers()``,
+        else ``value`` as a constant array of ``dtype``."""
+        if self.given is not None:
+            return self.given[name]
+        return self.jnp.asarray(value, dtype)
+
+    def seed(self) -> Any:
+        """The draw seed: the argument while tracing with ``numbers()``, else the int."""
+        return self.case.draw_seed if self.given is None else self.given["seed"]
 
     # ------------------------------------------------------------ views
     def read(self, bufs: dict, name: str) -> Any:
-        """A view's elements: one strided ``lax.slice`` for a 1-D view, else a gather."""
+        """A view's elements: one strided ``lax.slice`` for a 1-D view, else a gather.
+
+        While tracing with ``numbers()``, a 1-D view's first element is an argument: a
+        ``dynamic_slice`` of the view's span at it, then the strided slice (the same
+        elements; its transpose puts the cotangent at the same places, with no add).
+        """
         v = self.p.view(name)
         buf = bufs[v.buffer]
         if len(v.shape) == 1:
+            lax = self.jax.lax
             lo, n, step = v.offset // v.itemsize, v.shape[0], v.strides[0] // v.itemsize
-            return self.jax.lax.slice(buf, (lo,), (lo + (n - 1) * step + 1,), (step,))
+            span = (n - 1) * step + 1
+            if self.given is not None:
+                part = lax.dynamic_slice(buf, (self.given[f"lo.{name}"],), (span,))
+                return lax.slice(part, (0,), (span,), (step,))
+            return lax.slice(buf, (lo,), (lo + span,), (step,))
         return buf[self.index[name]].reshape(v.shape)
 
     def written(self, buf: Any, name: str, values: Any) -> Any:
         """``buf`` with the view's elements replaced (out of place, exact bits).
 
         1-D views: ``lax.pad`` spreads the values to their strided positions and a select
-        takes them there. Otherwise ``.at[index].set(..., unique_indices=True)``: a view's
-        elements are distinct, and without the hint JAX's differentiated scatter writes
-        -0.0 as +0.0.
+        takes them there (while tracing with ``numbers()``: spread over the view's span,
+        which ``dynamic_update_slice`` puts into zeros at the view's first element, an
+        argument, as is the mask). Otherwise ``.at[index].set(..., unique_indices=True)``:
+        a view's elements are distinct, and without the hint JAX's differentiated
+        scatter writes -0.0 as +0.0.
         """
         v = self.p.view(name)
         values = values.reshape(-1)
         if len(v.shape) != 1:
             return buf.at[self.index[name]].set(values, unique_indices=True)
+        lax, jnp = self.jax.lax, self.jnp
         lo, n, step = v.offset // v.itemsize, v.shape[0], v.strides[0] // v.itemsize
+        zero = jnp.zeros((), buf.dtype)
+        if self.given is not None:
+            spread = lax.dynamic_update_slice(
+                jnp.zeros(buf.shape, buf.dtype), lax.pad(values, zero, [(0, 0, step - 1)]),
+                (self.given[f"lo.{name}"],))
+            return lax.select(self.given[f"mask.{name}"], spread, buf)
         hi = buf.shape[0] - (lo + (n - 1) * step + 1)
-        spread = self.jax.lax.pad(values, self.jnp.zeros((), buf.dtype),
-                                  [(lo, hi, step - 1)])
-        mask = np.zeros(buf.shape[0], bool)
+        spread = lax.pad(values, zero, [(lo, hi, step - 1)])
+        return lax.select(jnp.asarray(self.mask(name)), spread, buf)
+
+    def mask(self, name: str) -> np.ndarray:
+        """True at the elements of 1-D view ``name`` in its buffer."""
+        v = self.p.view(name)
+        buffer = next(b for b in self.p.buffers if b.name == v.buffer)
+        mask = np.zeros(buffer.nbytes // v.itemsize, bool)
         mask[self.index[name]] = True
-        return self.jnp.where(mask, spread, buf)
+        return mask
 
     # ------------------------------------------------------------ one op
     def op(self, k: int, bufs: dict, key: Any) -> Any:
-        jnp = self.jnp
         op = self.p.ops[k]
         dtype = self.case.dtype
         o = operands(op, lambda name: self.read(bufs, name))
         z = None
         if op.spec.draws:
             key, z = self.draw(key, op)
-        values = self.tag(op, RULES[op.kind](lambda c: jnp.asarray(op.coef(c), dtype), o, z))
+        values = self.tag(op, RULES[op.kind](
+            lambda c: self.number(f"{k}.{c}", op.coef(c), dtype), o, z))
         if k in self.case.roles.untracked:
             values = self.jax.lax.stop_gradient(values)
         self.store(bufs, op.dst, values)
@@ -158,7 +223,9 @@ class _Run:
 
     def draw(self, key: Any, op) -> tuple[Any, Any]:
         """(next key, the op's draw), as ``draw_tape`` makes it."""
-        return _draw(self.jax, key, op, self.p.view(op.dst).size, self.case.dtype)
+        k = next(k for k, o in enumerate(self.p.ops) if o is op)
+        keep = None if op.keep is None else self.number(f"{k}.keep", op.keep, self.case.dtype)
+        return _draw(self.jax, key, op, self.p.view(op.dst).size, self.case.dtype, keep)
 
     def tag(self, op, values: Any) -> Any:
         """An op's output as the program uses it (a subclass may name it for remat)."""
@@ -181,11 +248,11 @@ class _Run:
     def program(self, xs: tuple) -> tuple:
         """(loss, (final buffers, final key)) as a function of the inputs."""
         jnp = self.jnp
-        bufs = dict(self.start)
+        bufs = self.start_buffers()
         for name, x in zip(self.p.inputs, xs):
             b = self.p.view(name).buffer
             bufs[b] = self.written(bufs[b], name, x)
-        key = self.jax.random.key(self.case.draw_seed)
+        key = self.jax.random.key(self.seed())
         hidden = self.case.roles.hidden
         holder = self.method.startswith("holder")
         if holder:
@@ -198,10 +265,15 @@ class _Run:
             key = self.step(range(seg.start), bufs, key)
             key = self.checkpointed(seg, bufs, key)
             key = self.step(range(seg.stop, n), bufs, key)
-        w = jnp.asarray(self.p.loss.weights, jnp.float64)
+        w = self.number("weights", self.p.loss.weights, jnp.float64)
         lv = self.p.loss.view
         values = self.read(bufs, lv).reshape(-1).astype(jnp.float64)
         return jnp.sum(w * values), (bufs, None if holder else key)
+
+    def start_buffers(self) -> dict:
+        """The buffers before the inputs are written (arguments while tracing with
+        ``numbers()``)."""
+        return dict(self.start if self.given is None else self.given["start"])
 
     def step(self, ks: range, bufs: dict, key: Any) -> Any:
         """Ops ``ks`` on ``bufs``; with a holder, its hidden buffers and key are used and

@@ -173,14 +173,14 @@ class _StateRun(_Run):
     def program(self, xs: tuple) -> tuple:
         if not self.how.refs:
             return super().program(xs)
-        bufs = dict(self.start)
+        bufs = self.start_buffers()
         for name, x in zip(self.p.inputs, xs):
             b = self.p.view(name).buffer
             bufs[b] = self.written(bufs[b], name, x)
         refs: dict[str, Any] = {b: _Ref(self.jax.new_ref(v)) for b, v in bufs.items()
                                 if b not in self.hidden}
         refs.update(self.hidden)
-        key = self.jax.random.key(self.case.draw_seed)
+        key = self.jax.random.key(self.seed())
         seg, n = self.case.segment_ops(), len(self.p.ops)
         if not self.how.checkpoint:
             key = self.ops(range(n), refs, key)
@@ -189,7 +189,7 @@ class _StateRun(_Run):
             key = self.checkpointed(seg, refs, key)
             key = self.ops(range(seg.stop, n), refs, key)
         jnp = self.jnp
-        w = jnp.asarray(self.p.loss.weights, jnp.float64)
+        w = self.number("weights", self.p.loss.weights, jnp.float64)
         values = self.read(refs, self.p.loss.view).reshape(-1).astype(jnp.float64)
         return jnp.sum(w * values), ({b: _value(r) for b, r in refs.items()
                                       if b not in self.hidden}, key)
@@ -216,6 +216,14 @@ class _StateRun(_Run):
                 bufs[n] = v
         return key
 
+    def with_numbers(self, xs: tuple, given: dict) -> tuple:
+        """``program(xs)`` with the case's numbers taken from ``given`` (``numbers()``)."""
+        self.given = given
+        try:
+            return self.program(xs)
+        finally:
+            self.given = None
+
     def observe(self) -> Observation:
         import numpy as np
 
@@ -223,7 +231,14 @@ class _StateRun(_Run):
         if self.how.refs:
             self.hidden = {h: _Ref(jax.new_ref(self.start[h])) for h in self.case.roles.hidden}
         xs = tuple(self.start[self.p.view(n).buffer][self.index[n]] for n in self.p.inputs)
-        fn = jax.jit(self.program) if self.how.jit else self.program
+        fn = self.program
+        if self.how.jit:
+            # the case's numbers are arguments of the jitted program, not constants in
+            # it: cases of the same shape lower to the same module, and the persistent
+            # compilation cache (compile_cache.py) compiles it once (docs/cohort.md,
+            # "Speed"); the arithmetic is the same, op by op
+            jitted, given = jax.jit(self.with_numbers), self.numbers()
+            fn = lambda xs: jitted(xs, given)  # noqa: E731
         _loss, vjp, (bufs, key) = jax.vjp(fn, xs, has_aux=True)
         (grads,) = vjp(jnp.ones((), jnp.float64))
         gradient = np.concatenate([np.asarray(g, np.float64).reshape(-1) for g in grads]) \
@@ -243,9 +258,13 @@ NO_FMA = "--xla_cpu_max_isa=AVX"
 # compile time (measured: 2.2 -> 1.0 s CPU for the ~50 compiles of one eager case, 1.4 ->
 # 0.6 s for a jit case) and leave the arithmetic as it is: no fast math either way, no
 # FMA (AVX), IEEE ops correctly rounded whatever LLVM optimises; the records of a
-# multi-key run are identical with and without them (docs/cohort.md, "Speed").
+# multi-key run are identical with and without them (docs/cohort.md, "Speed"). One LLVM
+# module per executable, not split for parallel codegen: these modules are small, the
+# split costs more than its threads win on a loaded machine (measured: 21-23 -> 17-18 CPU
+# seconds for the 297 compiles of 28 case-methods), and it changes where code is
+# compiled, not what it computes (the observations' bytes identical both ways).
 FAST_COMPILE = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-                " --xla_cpu_use_fusion_emitters=false")
+                " --xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1")
 CHILD_XLA_FLAGS = f"{NO_FMA} {FAST_COMPILE}"
 TARGET = "replayverify.cohort.jax_state_adapter:JaxStateInProcess"
 

@@ -371,3 +371,65 @@ def test_a_users_own_jax_compilation_cache_is_kept(monkeypatch, tmp_path):
         assert path == str(tmp_path) == os.environ["JAX_COMPILATION_CACHE_DIR"]
         assert "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ
     assert tmp_path.exists() and os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path)
+
+
+# Two cases of one shape (the same ops and views; other numbers): local-overlap 420000 and
+# 420004 (the views at the same places), 420003 and 420005 (at other places).
+SHARED_CHILD = r"""
+import json, os, sys, tempfile
+from replayverify.cohort.jax_state_adapter import CHILD_XLA_FLAGS
+os.environ.update(XLA_FLAGS=CHILD_XLA_FLAGS, JAX_COMPILATION_CACHE_DIR=tempfile.mkdtemp(),
+                  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+import jax
+from jax._src import monitoring
+from replayverify.cohort import build_case
+from replayverify.cohort import jax_state_adapter as jsa
+
+hits = []
+monitoring.register_event_listener(
+    lambda event, **kw: hits.append(1) if event.endswith("/cache_hits") else None)
+
+
+class Constants(jsa._StateRun):  # the case's numbers as constants in the jitted program
+    def numbers(self):
+        return {}
+
+    def with_numbers(self, xs, given):
+        return self.program(xs)
+
+
+def observe(run, case, method):
+    with jax.enable_x64(True):
+        o = run(jax, case, method).observe()
+    return [o.gradient.tobytes().hex(), {k: v.hex() for k, v in o.buffers.items()},
+            o.generator.hex()]
+
+
+out = {}
+for method, (a, b) in (("ref-jit-checkpoint", (420000, 420004)),
+                       ("jit-cse", (420003, 420005))):
+    first = observe(jsa._StateRun, build_case("local-overlap", a, "float32"), method)
+    before = len(hits)
+    case = build_case("local-overlap", b, "float32")
+    second = observe(jsa._StateRun, case, method)
+    out[method] = {"hits": len(hits) - before, "same": first == second,
+                   "as_constants": second == observe(Constants, case, method)}
+print(json.dumps(out))
+"""
+
+
+@needs_jax
+def test_jit_cases_of_one_shape_share_their_compiled_programs():
+    """The jit methods pass the case's numbers (and where its views are) as arguments:
+    the second case of a shape loads both its programs (forward, backward) from the
+    persistent compilation cache, and observes what the program with the numbers as
+    constants observes, to the byte."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", SHARED_CHILD], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    for method in ("ref-jit-checkpoint", "jit-cse"):
+        assert out[method] == {"hits": 2, "same": False, "as_constants": True}, (method, out)

@@ -201,8 +201,7 @@ class _Run:
     def mask(self, name: str) -> np.ndarray:
         """True at the elements of 1-D view ``name`` in its buffer."""
         v = self.p.view(name)
-        buffer = next(b for b in self.p.buffers if b.name == v.buffer)
-        mask = np.zeros(buffer.nbytes // v.itemsize, bool)
+        mask = np.zeros(self.p.buffer(v.buffer).nbytes // v.itemsize, bool)
         mask[self.index[name]] = True
         return mask
 

@@ -157,48 +157,51 @@ class _Job(list):
         return f"reproducer {self[0][1]['row']} ({kind_of(self[0][1])})"
 
 
+def _head(rec: dict, kind) -> dict:
+    """An index entry's fields that name the record it reproduces."""
+    return {"row": rec["row"], "kind": _kind_label(kind), "case": rec["case"],
+            "task": rec["task"], "claims": claims(kind)}
+
+
 def _lost_group(job: _Job, reason: str) -> tuple | None:
     i, rec, _ = job[0]
-    kind = kind_of(rec)
-    return i, {"row": rec["row"], "kind": _kind_label(kind), "case": rec["case"],
-               "task": rec["task"], "claims": claims(kind), "path": None,
+    return i, {**_head(rec, kind_of(rec)), "path": None,
                "why": one_line(f"lost while shrinking: {reason}", 400)}, None
 
 
 def _group(job: _Job) -> tuple[int, dict, str | None] | None:
     """The first record of one (row, kind) that gets a reproducer, shrunk: (its index,
-    the index entry, the script or None); None when no record of it qualifies."""
+    the index entry, the script or None); None when no record of it qualifies. A group's
+    records share their framework and method (a row is one method of one framework)."""
+    first = job[0][1]
+    try:
+        adapter = registry.get(first["framework"])
+    except ValueError:
+        return None
+    method = None if getattr(adapter, "reproducer", None) is None else \
+        _method(adapter, first["method"])
+    if method is None:
+        return None
+    plain_of = getattr(adapter, "plain_method", None)
+    plain = plain_of(method) if plain_of is not None else None
     for i, rec, task_outcomes in job:
         kind = kind_of(rec)
-        try:
-            adapter = registry.get(rec["framework"])
-        except ValueError:
-            return None
-        if getattr(adapter, "reproducer", None) is None:
-            return None
-        method = _method(adapter, rec["method"])
-        if method is None:
-            return None
         case = build_case(rec["family"], rec["seed"], rec["dtype"])
-        plain_of = getattr(adapter, "plain_method", None)
-        plain = plain_of(method) if plain_of is not None else None
         plain_outcome = None if plain is None else \
             task_outcomes.get(plain.name) or \
             _observe(adapter, case, plain)["outcome"]
         if isinstance(kind, str) and plain_outcome != "match":
             continue  # an R where the plain run is not M: not a checkpointing finding
-        entry = {"row": rec["row"], "kind": _kind_label(kind), "case": rec["case"],
-                 "task": rec["task"], "claims": claims(kind)}
         with warnings.catch_warnings():  # the frameworks' warnings about candidates
             warnings.simplefilter("ignore")
             small = shrunk(adapter, case, method, kind, plain, plain_outcome)
         text = adapter.reproducer(small, method, rec)
         if text is None:
-            return i, {**entry, "path": None,
+            return i, {**_head(rec, kind), "path": None,
                        "why": f"{adapter.name} gives no standalone script for "
                               f"{rec['method']} (docs/cohort.md)"}, None
         rel = Path("repro") / slug(rec["row"]) / f"{slug(rec['case'])}.py"
-        return i, {**entry, "path": rel.as_posix(), "lines": text.count("\n"),
+        return i, {**_head(rec, kind), "path": rel.as_posix(), "lines": text.count("\n"),
                    "elements": [_elements(case.program), _elements(small.program)]}, text
     return None
 

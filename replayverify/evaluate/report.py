@@ -139,23 +139,32 @@ def markdown(doc: dict[str, Any]) -> str:
         "Activation cells: peak = allocated in all (persistent state, inputs, parameters "
         "included); calibration workloads: peak above the step's start. Time: the "
         "per-process mean step (the paper's measure); least-step: each process's fastest "
-        "step, the one least disturbed by other jobs on a shared CPU.",
+        "step, the one least disturbed by other jobs on a shared CPU. Fit: in how many "
+        "measuring processes A's and B's measured peak was within the budget (a comparison "
+        "is one where both fit only if both fit in every process).",
         "",
         "| cell | budget | A / B | time ratio [95%] | least-step time ratio [95%] | "
-        "peak ratio [95%] |",
-        "|---|---|---|---|---|---|",
+        "peak ratio [95%] | fit: A; B |",
+        "|---|---|---|---|---|---|---|",
     ]
+    summary = _summary(doc)
+
+    def fit(c: dict[str, Any], method: str) -> str:
+        s = summary.get((c["cell"], c["budget"], method)) or {}
+        return f"{s.get('fits', 0)}/{s.get('processes', 0)}" if s.get("processes") else "—"
+
     for c in comps:
         what = f"{LABELS[c['a']]} / {LABELS[c['b']]}"
         if "infeasible" in c:
             lines.append(
                 f"| {c['cell']} | {c['budget'] / MiB:.0f} MiB | {what} | "
-                f"infeasible: {', '.join(c['infeasible'])} | — | — |"
+                f"infeasible: {', '.join(c['infeasible'])} | — | — | — |"
             )
         else:
             lines.append(
                 f"| {c['cell']} | {c['budget'] / MiB:.0f} MiB | {what} | "
-                f"{_ratio(c, 'time')} | {_ratio(c, 'time_min')} | {_ratio(c, 'peak')} |"
+                f"{_ratio(c, 'time')} | {_ratio(c, 'time_min')} | {_ratio(c, 'peak')} | "
+                f"{fit(c, c['a'])}; {fit(c, c['b'])} |"
             )
     lines += [
         "",
@@ -264,7 +273,9 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
         "Each card's per-segment times come from instrumented steps of the uniform policies, "
         "scaled to their plain steps' mean. The calibration process then times plain steps "
         "of the uniform policies, random mixes and every planner pick at the cell's budgets "
-        "(re-planning on the fitted card until its picks are measured), each by the "
+        "(re-planning on the fitted card, at most three times, until its picks are "
+        "measured; picks of the last fit that no round timed are timed once more, not "
+        "fitted again), each by the "
         "statistic the measuring processes report (the mean step), and fits one scale "
         "per option by least squares on relative error, pulled towards 1, then one scale "
         "per segment and option on what remains. Errors: predicted / target - 1 (the target: "
@@ -340,11 +351,34 @@ def _fit_lines(doc: dict[str, Any]) -> list[str]:
             "the ridge column)."
         )
     unmeasured = [(n, len(f["unmeasured_picks"])) for n, f in fits.items()
-                  if f.get("unmeasured_picks")]
+                  if f.get("unmeasured_picks")]  # evaluate.json before picks were timed late
     if unmeasured:
         lines.append(
             "Picks of the fitted card that the calibration's rounds did not reach (not timed "
             "there): " + ", ".join(f"{n} {k}" for n, k in unmeasured) + "."
+        )
+    for name, f in fits.items():
+        late = f.get("picks_timed_after_fit") or []
+        if not late:
+            continue
+        off = f.get("picks_off_after_fit") or []
+        lines.append(
+            f"{name}: {len(late)} pick(s) of the final fitted card that no round had timed "
+            "were timed after the fit (not fitted again: each re-fit can price a new "
+            "permutation of a mix lowest); "
+            + (
+                "; ".join(
+                    f"{LABELS[o['method']]} at {o['budget'] / MiB:.0f} MiB, timed at "
+                    f"{_ms(o['pick_s'])} ms, "
+                    + ("tied with the simpler" if o["tied"] else "slower than")
+                    + f" {o['best']} ({_ms(o['best_s'])} ms)"
+                    for o in off
+                )
+                if off
+                else "each was the fastest timed policy of its option set that fits, or the "
+                "simplest of those tied with it"
+            )
+            + "."
         )
     return lines
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from replayverify.evaluate import calibrate as cal
 from replayverify.evaluate import measure, stats
 from replayverify.evaluate import segments as sg
+from replayverify.evaluate.report import _fit_lines
 from replayverify.evaluate.workloads import ACTIVATION, Cell, make_step, result_bytes
 from replayverify.planner import parse_card, plan, policy_cost
 
@@ -537,15 +538,21 @@ def test_the_fit_corrects_the_model_until_the_planners_pick_is_the_measured_best
     monkeypatch.setattr(measure, "time_policy", _fake_time_policy([], seconds))
     fitted, fit = measure.fit_card(dev, cell, raw, timing)
     measured = {tuple(m["policy"].split(",")): m["measured_s"] for m in fit["measured"]}
+    spread = {tuple(m["policy"].split(",")): m["spread_s"] for m in fit["measured"]}
     assert fit["picks_slower_than_measured"] == []
-    assert measure.picks_off(cell, fitted, measured) == []
+    late = set(fit["picks_timed_after_fit"])
+    off = measure.picks_off(cell, fitted, measured, spread)
+    assert {o["pick"] for o in off} <= late  # only a pick timed after the last fit is off
+    assert fit["picks_off_after_fit"] == off  # and the fit says so
     assert fit["per_segment"]["ridge"] < measure.FIT_RIDGE  # the correction was needed
     pick = plan(parse_card(fitted), budget).policy
-    if pick in measured:
+    assert pick in measured  # every pick is timed, in a round or after the last fit
+    if ",".join(pick) not in late:
         rivals = [q for q in measured if policy_cost(card, q)[1] <= budget]
         assert measured[pick] == min(measured[q] for q in rivals)
-    else:
-        assert ",".join(pick) in fit["unmeasured_picks"]
+    text = "\n".join(_fit_lines({"cards": {cell.name: {"fit": fit}}}))
+    assert (f"{cell.name}: {len(late)} pick(s) of the final fitted card" in text) == bool(late)
+    assert all(f"timed at {1e3 * o['pick_s']:.2f} ms" in text for o in off)
 
 
 def test_the_fit_times_its_policies_in_interleaved_blocks_with_a_spread(monkeypatch) -> None:
@@ -653,7 +660,9 @@ def test_the_fit_breaks_a_tie_within_the_spread_towards_the_simpler_policy(monke
     assert raised and pick not in raised
     for q in raised:
         assert measured[q]["target_s"] > measured[region]["measured_s"]
-    if pick in measured:
-        assert pick == region
+    assert pick in measured  # timed in a round, or after the last fit
+    if ",".join(pick) in fit["picks_timed_after_fit"]:
+        off = [o for o in fit["picks_off_after_fit"] if o["method"] == "joint"]
+        assert pick == region or [o["pick"] for o in off] == [",".join(pick)]
     else:
-        assert ",".join(pick) in fit["unmeasured_picks"]
+        assert pick == region

@@ -48,6 +48,7 @@ The report, targets and planner cards are written by
 from __future__ import annotations
 
 import itertools
+import os
 import platform
 import time
 import tracemalloc
@@ -113,6 +114,19 @@ QUICK = Grid(
 # --- devices: array module, clock and allocation tracking ---------------------------------------
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name as Linux reports it (``/proc/cpuinfo``), else None: step times
+    from two machines are only comparable knowing what each ran on."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 class _NumpyDevice:
     """CPU stand-in: perf_counter clock, tracemalloc allocation tracking."""
 
@@ -123,7 +137,12 @@ class _NumpyDevice:
         self.name = "numpy"
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "numpy", "name": platform.processor() or platform.machine()}
+        return {
+            "backend": "numpy",
+            "name": platform.processor() or platform.machine(),
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+        }
 
     def sync(self) -> None:
         pass

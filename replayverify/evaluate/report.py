@@ -21,6 +21,14 @@ def _ms(x: float | None) -> str:
     return "—" if x is None else f"{1e3 * x:.2f}"
 
 
+def _machine(dev: dict[str, Any]) -> str:
+    """The device line: its name, and the CPU model and cores where recorded."""
+    cpu = ", ".join(
+        x for x in (dev.get("cpu"), dev.get("cores") and f"{dev['cores']} cores") if x
+    )
+    return f"{dev.get('name', '?')}; {cpu}" if cpu else dev.get("name", "?")
+
+
 def _budget(doc: dict[str, Any], b: int) -> str:
     return f"{b / MiB:.0f} MiB (= {b * doc['scale'] / (1 << 30):.0f} GiB / {doc['scale']})"
 
@@ -45,7 +53,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines = [
         "# Executed plans: measured against predicted",
         "",
-        f"Backend {doc['backend']} ({dev.get('name', '?')}); every byte size and budget divided "
+        f"Backend {doc['backend']} ({_machine(dev)}); every byte size and budget divided "
         f"by {doc['scale']} (`--scale {doc['scale']}`); {K} fresh processes, each running every "
         f"method with {doc['warmups']} warmups and {doc['steps']} measured steps, methods paired "
         f"within a process (their order rotates from process to process). Cards: one "

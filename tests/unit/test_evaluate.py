@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -309,6 +310,8 @@ def test_evaluate_command_runs_a_small_study(tmp_path) -> None:
     md = (out / "report.md").read_text()
     assert "shape of Table 4" in md and "shape of Table 8" in md
     assert "Predicted (card) against measured" in md
+    assert doc["device"]["cores"] == os.cpu_count()  # what the times were taken on
+    assert f"{doc['device']['cores']} cores" in md.splitlines()[2]
     png = out / "resource-map.png"
     assert png.exists() == (not doc["plot"].startswith("resource map: PNG skipped"))
 

@@ -122,7 +122,7 @@ def main() -> None:
                 acc[m.name]["runs"] += 1
                 n += 1
         print(f"key {seed}: {n} runs in {time.perf_counter() - t_key:.1f} s, "
-              f"load {os.getloadavg()[0]:.2f}", flush=True)
+              f"load {os.getloadavg()[0]:.2f}, RSS {_rss_mib():.0f} MiB", flush=True)
     print(f"{'method':28} {'runs':>5} {'wall':>7} {'trace':>7} {'lower':>7} {'compile':>8} "
           f"{'rest':>7} {'compiles':>8} {'hits':>6}")
     tot: dict[str, float] = defaultdict(float)
@@ -138,6 +138,12 @@ def main() -> None:
           f"{tot['lower']:7.1f} {tot['compile']:8.1f} {rest:7.1f} {tot['compiles']:8.0f} "
           f"{tot['cache_hits']:6.0f}")
     sys.stdout.flush()
+
+
+def _rss_mib() -> float:
+    """This process's resident set now (Linux /proc), MiB."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import: in a child process of each worker (``isolated.py``).
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -277,27 +278,35 @@ def shape_key(case: Case, starts: bool) -> tuple:
 
 
 class JitMemo:
-    """The jitted program of each (method, ``shape_key``) in this process: a case whose
-    shape was seen is dispatched through JAX's own caches, with no tracing, lowering or
-    compiling (the cases of fifty keys come from ~50 shapes a dtype; docs/cohort.md,
-    "Speed").
+    """The jitted programs of the last ``size`` (method, ``shape_key``) pairs this process
+    ran: a case whose shape is among them is dispatched through JAX's own caches, with no
+    tracing, lowering or compiling (docs/cohort.md, "Speed").
 
     It relies on ``shape_key``: what it leaves out, ``with_numbers`` takes as arguments,
     so a program traced for one case of a shape is the program of all of them. A run
     whose program closes over refs of its own (hidden buffers in refs, made for that
-    case) is jitted afresh, never memoised.
+    case) is jitted afresh, never memoised. Bounded because each entry keeps its two
+    executables and JAX's caches for them alive: ~8-14 MiB of the child's memory
+    (measured: unbounded over 50 keys, a ``jax-state`` child grew to 6.8 GB and two of
+    them and two ``jax-remat3`` ones filled the 24 GB machine). The least recently used
+    pair goes first.
     """
 
-    def __init__(self) -> None:
-        self.jitted: dict[tuple, Any] = {}
+    def __init__(self, size: int = 128) -> None:
+        self.size = size
+        self.jitted: OrderedDict[tuple, Any] = OrderedDict()
 
     def __call__(self, run: _StateRun) -> Any:
         if run.hidden:
             return run.jax.jit(run.with_numbers)
         key = (run.method, shape_key(run.case, starts=run.how.refs))
-        if key not in self.jitted:
-            self.jitted[key] = run.jax.jit(run.with_numbers)
-        return self.jitted[key]
+        if key in self.jitted:
+            self.jitted.move_to_end(key)
+            return self.jitted[key]
+        if len(self.jitted) >= self.size:
+            self.jitted.popitem(last=False)
+        jitted = self.jitted[key] = run.jax.jit(run.with_numbers)
+        return jitted
 
 
 # XLA:CPU contracts a*x + b into a fused multiply-add under jit (measured with jax 0.10.2:

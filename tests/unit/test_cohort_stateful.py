@@ -473,6 +473,11 @@ for family, a, b in (("local-overlap", 420003, 420005), ("hidden-strided", 42000
             "compiled": len(events) > before, "memoised": len(memo.jitted),
             "as_fresh": served == observe(second, method, None)}
     out[family] = [keys[0] == keys[1], keys[2] == keys[3]]
+small = jsa.JitMemo(size=1)  # the least recently used shape goes
+for family in ("local-overlap", "hidden-strided"):
+    observe(build_case(family, 420003, "float32"), "jit-cse", small)
+last = jsa.shape_key(build_case("hidden-strided", 420003, "float32"), False)
+out["evicted"] = list(small.jitted) == [("jit-cse", last)]
 print(json.dumps(out))
 """
 
@@ -483,7 +488,8 @@ def test_a_memoised_jit_program_serves_a_case_of_its_shape_as_a_fresh_one_would(
     jitted program with no lowering or compiling at all and observes, to the byte, what a
     program jitted for it alone observes; the mutable-ref methods' key holds where the
     views start (they slice there statically), the functional ones' does not; a case with
-    hidden refs (its own, closed over) is jitted afresh and never memoised."""
+    hidden refs (its own, closed over) is jitted afresh and never memoised; a full memo
+    lets its least recently used shape go."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
                                                         os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-c", MEMO_CHILD], cwd=ROOT, env=env,
@@ -500,3 +506,4 @@ def test_a_memoised_jit_program_serves_a_case_of_its_shape_as_a_fresh_one_would(
         memoised = 1 if method == "jit-cse" else 0
         assert out[f"hidden-strided {method}"]["memoised"] == memoised
         assert out[f"hidden-strided {method}"]["as_fresh"]
+    assert out["evicted"]

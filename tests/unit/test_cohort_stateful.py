@@ -507,3 +507,36 @@ def test_a_memoised_jit_program_serves_a_case_of_its_shape_as_a_fresh_one_would(
         assert out[f"hidden-strided {method}"]["memoised"] == memoised
         assert out[f"hidden-strided {method}"]["as_fresh"]
     assert out["evicted"]
+
+
+def test_an_isolated_child_can_be_ended_and_a_later_call_starts_another():
+    child = Isolated("replayverify.cohort.engines_adapter:EnginesAdapter", {})
+    assert child.call("version")
+    first = child._child
+    child.close()
+    assert first.poll() is not None  # ended
+    assert child.call("version") and child._child is not first
+    child.close()
+
+
+def test_a_worker_moving_to_another_framework_closes_the_adapter_it_leaves(monkeypatch):
+    from replayverify.cohort import runner
+    from replayverify.cohort.engines_adapter import EnginesAdapter
+
+    closed = []
+
+    class Closing(EnginesAdapter):
+        def close(self):
+            closed.append(self.name)
+
+    registry.register("test-closing", Closing())
+    try:
+        monkeypatch.setattr(runner, "_last_framework", [])
+        for task in ("test-closing/hidden-strided/420000/float64",
+                     "test-closing/hidden-strided/420001/float64"):
+            runner._run_one((task, False))
+        assert closed == []  # the same framework: kept
+        runner._run_one(("replayverify/hidden-strided/420000/float64", False))
+        assert len(closed) == 1  # left for another framework: closed once
+    finally:
+        registry.unregister("test-closing")

@@ -55,7 +55,7 @@ class Isolated:
     (``XLA_FLAGS`` there are appended to the user's).
 
     The child starts on first use in each process (a forked worker starts its own) and
-    ends when that process closes its end of the pipe.
+    ends when that process closes its end of the pipe, or at ``close()``.
     """
 
     def __init__(self, target: str, env: dict[str, str]):
@@ -80,6 +80,20 @@ class Isolated:
         if status == "ok":
             return value
         raise raised(*value)
+
+    def close(self) -> None:
+        """End this process's child, if it has one (the next call starts another)."""
+        with self._lock:
+            child, self._child = self._child, None
+            if child is None or self._pid != os.getpid():
+                return  # none, or the parent's (a forked worker leaves it alone)
+            child.stdin.close()  # serve() returns at end of input
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            child.stdout.close()
 
     def _start(self) -> subprocess.Popen:
         if self._child is None or self._pid != os.getpid() or self._child.poll() is not None:
@@ -125,6 +139,11 @@ class IsolatedAdapter:
 
     def run(self, case: Case, method: Method) -> Observation:
         return self.child.call("run", case, method)
+
+    def close(self) -> None:
+        """End the child: what it holds (a JAX child: GBs of compiled programs and
+        caches after a few hundred cases) is given back; a later call starts another."""
+        self.child.close()
 
 
 def serve(target: str) -> None:

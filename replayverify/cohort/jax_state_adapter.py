@@ -23,13 +23,16 @@ import: in a child process of each worker (``isolated.py``).
 
 from __future__ import annotations
 
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from replayverify.cohort.adapter import Method, Observation
 from replayverify.cohort.cases import Case
 from replayverify.cohort.isolated import IsolatedAdapter
-from replayverify.cohort.jax_adapter import HINT, JaxAdapter, _key_bytes, _Run
+from replayverify.cohort.jax_adapter import _COEFS, HINT, JaxAdapter, _key_bytes, _Run
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,9 @@ class JaxStateInProcess(JaxAdapter):
     name = "jax-state"
     label = "JAX"
 
+    def __init__(self) -> None:
+        self.jits = JitMemo()  # this process's jitted programs, by method and shape
+
     def methods(self, extra: bool = False) -> tuple[Method, ...]:
         return METHODS
 
@@ -116,7 +122,7 @@ class JaxStateInProcess(JaxAdapter):
         import jax
 
         with jax.enable_x64(True):
-            return _StateRun(jax, case, method.name).observe()
+            return _StateRun(jax, case, method.name, self.jits).observe()
 
 
 class _Ref:
@@ -131,10 +137,13 @@ def _value(buf: Any) -> Any:
 
 
 class _StateRun(_Run):
-    def __init__(self, jax: Any, case: Case, method: str):
+    def __init__(self, jax: Any, case: Case, method: str,
+                 jit: Callable[[_StateRun], Any] | None = None):
         super().__init__(jax, case, method)
         self.how = HOW[method]
         self.hidden: dict[str, _Ref] = {}
+        # a jit method's jitted program (``with_numbers``): made here, or by ``jit``
+        self.jit = jit or (lambda run: run.jax.jit(run.with_numbers))
 
     def read(self, bufs: dict, name: str) -> Any:
         buf = bufs[self.p.view(name).buffer]
@@ -237,7 +246,7 @@ class _StateRun(_Run):
             # it: cases of the same shape lower to the same module, and the persistent
             # compilation cache (compile_cache.py) compiles it once (docs/cohort.md,
             # "Speed"); the arithmetic is the same, op by op
-            jitted, given = jax.jit(self.with_numbers), self.numbers()
+            jitted, given = self.jit(self), self.numbers()
             fn = lambda xs: jitted(xs, given)  # noqa: E731
         _loss, vjp, (bufs, key) = jax.vjp(fn, xs, has_aux=True)
         (grads,) = vjp(jnp.ones((), jnp.float64))
@@ -246,6 +255,58 @@ class _StateRun(_Run):
         bufs = {**bufs, **{h: r.ref[...] for h, r in self.hidden.items()}}  # after backward
         return Observation(gradient, {n: np.asarray(b).tobytes() for n, b in bufs.items()},
                            _key_bytes(jax, key))
+
+
+def shape_key(case: Case, starts: bool) -> tuple:
+    """Everything of ``case`` a jit method's trace reads but ``numbers()``: the dtype, the
+    buffers, the views (a 1-D view's start only with ``starts``, where the method slices
+    at it statically: the mutable-ref methods), each op but its coefficients' values,
+    the inputs, the loss view, the segments and the roles. Two cases with one key trace
+    to the same program (``numbers()`` gives each its own arguments)."""
+    p = case.program
+
+    def view(v) -> tuple:
+        return tuple(None if f.name == "offset" and len(v.shape) == 1 and not starts
+                     else getattr(v, f.name) for f in dataclasses.fields(v))
+
+    def op(o) -> tuple:
+        return tuple(getattr(o, f.name) is not None if f.name in _COEFS
+                     else getattr(o, f.name) for f in dataclasses.fields(o))
+
+    return (case.dtype, p.buffers, tuple(map(view, p.views)), tuple(map(op, p.ops)),
+            p.inputs, p.loss.view, len(p.loss.weights), p.segments, case.roles)
+
+
+class JitMemo:
+    """The jitted programs of the last ``size`` (method, ``shape_key``) pairs this process
+    ran: a case whose shape is among them is dispatched through JAX's own caches, with no
+    tracing, lowering or compiling (docs/cohort.md, "Speed").
+
+    It relies on ``shape_key``: what it leaves out, ``with_numbers`` takes as arguments,
+    so a program traced for one case of a shape is the program of all of them. A run
+    whose program closes over refs of its own (hidden buffers in refs, made for that
+    case) is jitted afresh, never memoised. Bounded because each entry keeps its two
+    executables and JAX's caches for them alive: ~8-14 MiB of the child's memory
+    (measured: unbounded over 50 keys, a ``jax-state`` child grew to 6.8 GB and two of
+    them and two ``jax-remat3`` ones filled the 24 GB machine). The least recently used
+    pair goes first.
+    """
+
+    def __init__(self, size: int = 128) -> None:
+        self.size = size
+        self.jitted: OrderedDict[tuple, Any] = OrderedDict()
+
+    def __call__(self, run: _StateRun) -> Any:
+        if run.hidden:
+            return run.jax.jit(run.with_numbers)
+        key = (run.method, shape_key(run.case, starts=run.how.refs))
+        if key in self.jitted:
+            self.jitted.move_to_end(key)
+            return self.jitted[key]
+        if len(self.jitted) >= self.size:
+            self.jitted.popitem(last=False)
+        jitted = self.jitted[key] = run.jax.jit(run.with_numbers)
+        return jitted
 
 
 # XLA:CPU contracts a*x + b into a fused multiply-add under jit (measured with jax 0.10.2:

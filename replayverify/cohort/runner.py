@@ -11,6 +11,7 @@ as it arrives (resumable, like the suite's), then writes summary.json and report
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -224,7 +225,22 @@ def _expected(method, row: str, family: str, version: str) -> str | None:
 # ---------------------------------------------------------------- the run
 
 
+# The framework of the last task this process ran (``_run_one``): tasks come framework
+# after framework, and when a worker moves on, the adapter it leaves may give back what it
+# holds (``close()``, optional: an isolated adapter ends its child, which in a JAX row
+# holds GBs of compiled programs, 2026-12-02: two such idle children and two busy ones
+# filled a 24 GB machine in a 50-key run).
+_last_framework: list[str] = []
+
+
 def _run_one(args: tuple[str, bool]) -> list[dict]:
+    fw = parse_task(args[0])[0]
+    if _last_framework and _last_framework[0] != fw:
+        close = getattr(registry.get(_last_framework[0]), "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):  # it only gives memory back
+                call(close)
+    _last_framework[:] = [fw]
     return run_task(args[0], extra=args[1])
 
 

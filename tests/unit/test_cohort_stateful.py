@@ -433,3 +433,110 @@ def test_jit_cases_of_one_shape_share_their_compiled_programs():
     out = json.loads(run.stdout.splitlines()[-1])
     for method in ("ref-jit-checkpoint", "jit-cse"):
         assert out[method] == {"hits": 2, "same": False, "as_constants": True}, (method, out)
+
+
+# One process's JitMemo over cases of one shape (local-overlap 420003 and 420005: the
+# views at other places) and hidden-strided 420003 and 420006 (a hidden family: its refs
+# are the case's own).
+MEMO_CHILD = r"""
+import json, os, tempfile
+from replayverify.cohort.jax_state_adapter import CHILD_XLA_FLAGS
+os.environ.update(XLA_FLAGS=CHILD_XLA_FLAGS, JAX_COMPILATION_CACHE_DIR=tempfile.mkdtemp(),
+                  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+import jax
+from jax._src import monitoring
+from replayverify.cohort import build_case
+from replayverify.cohort import jax_state_adapter as jsa
+
+events = []
+monitoring.register_event_duration_secs_listener(lambda event, secs, **kw: events.append(1))
+
+
+def observe(case, method, jit):
+    with jax.enable_x64(True):
+        o = jsa._StateRun(jax, case, method, jit).observe()
+    return [o.gradient.tobytes().hex(), {k: v.hex() for k, v in o.buffers.items()},
+            o.generator.hex()]
+
+
+out = {}
+for family, a, b in (("local-overlap", 420003, 420005), ("hidden-strided", 420003, 420006)):
+    first, second = (build_case(family, s, "float32") for s in (a, b))
+    keys = [jsa.shape_key(c, starts) for starts in (False, True) for c in (first, second)]
+    for method in ("jit-cse", "ref-jit-checkpoint"):
+        memo = jsa.JitMemo()
+        observe(first, method, memo)
+        before = len(events)
+        served = observe(second, method, memo)
+        out[f"{family} {method}"] = {
+            "compiled": len(events) > before, "memoised": len(memo.jitted),
+            "as_fresh": served == observe(second, method, None)}
+    out[family] = [keys[0] == keys[1], keys[2] == keys[3]]
+small = jsa.JitMemo(size=1)  # the least recently used shape goes
+for family in ("local-overlap", "hidden-strided"):
+    observe(build_case(family, 420003, "float32"), "jit-cse", small)
+last = jsa.shape_key(build_case("hidden-strided", 420003, "float32"), False)
+out["evicted"] = list(small.jitted) == [("jit-cse", last)]
+print(json.dumps(out))
+"""
+
+
+@needs_jax
+def test_a_memoised_jit_program_serves_a_case_of_its_shape_as_a_fresh_one_would():
+    """``JitMemo``: the second case of a shape (the same ``shape_key``) runs the first's
+    jitted program with no lowering or compiling at all and observes, to the byte, what a
+    program jitted for it alone observes; the mutable-ref methods' key holds where the
+    views start (they slice there statically), the functional ones' does not; a case with
+    hidden refs (its own, closed over) is jitted afresh and never memoised; a full memo
+    lets its least recently used shape go."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", MEMO_CHILD], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["local-overlap"] == [True, False]  # same shape, views elsewhere
+    assert out["local-overlap jit-cse"] == {"compiled": False, "memoised": 1,
+                                            "as_fresh": True}
+    assert out["local-overlap ref-jit-checkpoint"] == {"compiled": True, "memoised": 2,
+                                                       "as_fresh": True}
+    assert out["hidden-strided"][0]  # one shape, yet its own refs: never memoised
+    for method in ("jit-cse", "ref-jit-checkpoint"):
+        memoised = 1 if method == "jit-cse" else 0
+        assert out[f"hidden-strided {method}"]["memoised"] == memoised
+        assert out[f"hidden-strided {method}"]["as_fresh"]
+    assert out["evicted"]
+
+
+def test_an_isolated_child_can_be_ended_and_a_later_call_starts_another():
+    child = Isolated("replayverify.cohort.engines_adapter:EnginesAdapter", {})
+    assert child.call("version")
+    first = child._child
+    child.close()
+    assert first.poll() is not None  # ended
+    assert child.call("version") and child._child is not first
+    child.close()
+
+
+def test_a_worker_moving_to_another_framework_closes_the_adapter_it_leaves(monkeypatch):
+    from replayverify.cohort import runner
+    from replayverify.cohort.engines_adapter import EnginesAdapter
+
+    closed = []
+
+    class Closing(EnginesAdapter):
+        def close(self):
+            closed.append(self.name)
+
+    registry.register("test-closing", Closing())
+    try:
+        monkeypatch.setattr(runner, "_last_framework", [])
+        for task in ("test-closing/hidden-strided/420000/float64",
+                     "test-closing/hidden-strided/420001/float64"):
+            runner._run_one((task, False))
+        assert closed == []  # the same framework: kept
+        runner._run_one(("replayverify/hidden-strided/420000/float64", False))
+        assert len(closed) == 1  # left for another framework: closed once
+    finally:
+        registry.unregister("test-closing")

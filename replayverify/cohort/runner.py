@@ -236,9 +236,11 @@ _last_framework: list[str] = []
 def _run_one(args: tuple[str, bool]) -> list[dict]:
     fw = parse_task(args[0])[0]
     if _last_framework and _last_framework[0] != fw:
-        close = getattr(registry.get(_last_framework[0]), "close", None)
-        if callable(close):
-            with contextlib.suppress(Exception):  # it only gives memory back
+        # it only gives memory back: nothing may fail here, not even a lookup of a
+        # framework unregistered since (a user's adapter of an earlier run in this process)
+        with contextlib.suppress(Exception):
+            close = getattr(registry.get(_last_framework[0]), "close", None)
+            if callable(close):
                 call(close)
     _last_framework[:] = [fw]
     return run_task(args[0], extra=args[1])

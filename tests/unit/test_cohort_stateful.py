@@ -540,3 +540,7 @@ def test_a_worker_moving_to_another_framework_closes_the_adapter_it_leaves(monke
         assert len(closed) == 1  # left for another framework: closed once
     finally:
         registry.unregister("test-closing")
+    # a framework unregistered since (a user's adapter of an earlier run in this process,
+    # or one a forked worker inherited) is left alone, and the task runs
+    monkeypatch.setattr(runner, "_last_framework", ["test-closing"])
+    assert runner._run_one(("replayverify/hidden-strided/420000/float64", False))

@@ -488,10 +488,6 @@ class OnBuffer:
     def __init__(self, xp: ModuleType, buf: Any, *, use_kernels: bool = True):
         self.xp, self.use_kernels = xp, use_kernels
         self.b = _byte_view(xp, buf)
-        # each layout's host plan, its size checked against this buffer's once (a segmented
-        # step makes three calls per segment with the same layout; the checks and lookups
-        # cost as much as copying a 2 KiB journal)
-        self._plans: dict[JournalLayout, HostPlan] = {}
 
     def _size(self, lay: JournalLayout) -> None:
         if lay.nbytes != self.b.size:
@@ -499,17 +495,10 @@ class OnBuffer:
                 f"buffer holds {self.b.size} bytes but the journal layout is for {lay.nbytes}"
             )
 
-    def _host(self, lay: JournalLayout) -> HostPlan:
-        """``lay``'s host plan, checked against the buffer's size on first use."""
-        plan = self._plans.get(lay)
-        if plan is None:
-            self._size(lay)
-            plan = self._plans[lay] = host_plan(lay)
-        return plan
-
     def _plan(self, journal: Journal) -> HostPlan:
         """The journal's host plan, once its sizes are checked against the buffer's."""
-        plan = self._host(journal.layout)
+        self._size(journal.layout)
+        plan = host_plan(journal.layout)
         if journal.data.size != plan.nbytes:
             raise ValueError(
                 f"journal data holds {journal.data.size} bytes but its layout needs {plan.nbytes}"
@@ -520,7 +509,8 @@ class OnBuffer:
         """As :func:`save`."""
         if self.xp is not np:
             return save(self.xp, self.b, lay, use_kernels=self.use_kernels)
-        return Journal(lay, _host_copy(self.b, self._host(lay)), "old")
+        self._size(lay)
+        return Journal(lay, _host_copy(self.b, host_plan(lay)), "old")
 
     def undo(self, journal: Journal) -> None:
         """As :func:`undo`."""

@@ -194,13 +194,19 @@ print(json.dumps(out))
 '''
 
 
-def run_flax_child() -> dict:
+def run_child(code: str) -> dict:
+    """Run ``code`` in a fresh Python (this checkout first on its path) and return the
+    JSON object its last line prints."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
                                                         os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", FLAX_CHILD], cwd=ROOT, env=env,
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout.splitlines()[-1])
+
+
+def run_flax_child() -> dict:
+    return run_child(FLAX_CHILD)
 
 
 @pytest.fixture(scope="module")
@@ -425,12 +431,7 @@ def test_jit_cases_of_one_shape_share_their_compiled_programs():
     the second case of a shape loads both its programs (forward, backward) from the
     persistent compilation cache, and observes what the program with the numbers as
     constants observes, to the byte."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
-                                                        os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", SHARED_CHILD], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    out = json.loads(run.stdout.splitlines()[-1])
+    out = run_child(SHARED_CHILD)
     for method in ("ref-jit-checkpoint", "jit-cse"):
         assert out[method] == {"hits": 2, "same": False, "as_constants": True}, (method, out)
 
@@ -490,12 +491,7 @@ def test_a_memoised_jit_program_serves_a_case_of_its_shape_as_a_fresh_one_would(
     views start (they slice there statically), the functional ones' does not; a case with
     hidden refs (its own, closed over) is jitted afresh and never memoised; a full memo
     lets its least recently used shape go."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
-                                                        os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", MEMO_CHILD], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    out = json.loads(run.stdout.splitlines()[-1])
+    out = run_child(MEMO_CHILD)
     assert out["local-overlap"] == [True, False]  # same shape, views elsewhere
     assert out["local-overlap jit-cse"] == {"compiled": False, "memoised": 1,
                                             "as_fresh": True}

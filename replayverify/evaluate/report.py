@@ -50,14 +50,18 @@ def markdown(doc: dict[str, Any]) -> str:
     cells = doc["cells"]
     K = doc["processes"]
     dev = doc["device"]
+    per_cell = doc.get("process_per_cell", False)  # evaluate.json before: one for all cells
     lines = [
         "# Executed plans: measured against predicted",
         "",
         f"Backend {doc['backend']} ({_machine(dev)}); every byte size and budget divided "
-        f"by {doc['scale']} (`--scale {doc['scale']}`); {K} fresh processes, each running every "
-        f"method with {doc['warmups']} warmups and {doc['steps']} measured steps, methods paired "
+        f"by {doc['scale']} (`--scale {doc['scale']}`); {K} fresh processes"
+        + (" per cell" if per_cell else "")
+        + f", each running every method{' of its cell' if per_cell else ''} with "
+        f"{doc['warmups']} warmups and {doc['steps']} measured steps, methods paired "
         f"within a process (their order rotates from process to process). Cards: one "
-        f"calibration process, {doc['calibration_steps']} instrumented steps per option. "
+        f"calibration process{' per cell' if per_cell else ''}, "
+        f"{doc['calibration_steps']} instrumented steps per option. "
         f"Load average (1, 5, 15 min) at start {doc['load_average']['start']}, at end "
         f"{doc['load_average']['end']}; {doc['seconds']:.0f} s in all.",
         "",

@@ -159,23 +159,24 @@ def evaluate(
     load_start = _loadavg()
     say(f"evaluate: {backend}, scale 1/{scale}, {processes} processes, cells {', '.join(names)}")
 
-    # calibrate -> card (one fresh process)
-    cal_doc = _spawn(
-        {
-            "mode": "calibrate",
-            "backend": backend,
-            "steps": calibration_steps,
-            "timing": {"warmups": warmups, "steps": steps},  # as the measuring processes
-            "cells": [
-                {"cell": asdict(c), "shared_whole": c.workload != ACTIVATION} for c in chosen
-            ],
-        }
-    )
-    device = cal_doc["device"]
+    # calibrate -> card: each cell in a fresh process of its own, as it is measured (below)
+    cal_docs = {
+        c.name: _spawn(
+            {
+                "mode": "calibrate",
+                "backend": backend,
+                "steps": calibration_steps,
+                "timing": {"warmups": warmups, "steps": steps},  # as the measuring processes
+                "cells": [{"cell": asdict(c), "shared_whole": c.workload != ACTIVATION}],
+            }
+        )
+        for c in chosen
+    }
+    device = cal_docs[chosen[0].name]["device"]
     cards: dict[str, dict[str, Any]] = {}
     plans: list[dict[str, Any]] = []
     for cell in chosen:
-        got = cal_doc["cells"][cell.name]
+        got = cal_docs[cell.name]["cells"][cell.name]
         cards[cell.name] = {}
         parts = (("card", ""), ("unfitted", ".unfitted"), ("shared_whole", ".shared-whole"))
         for part, suffix in parts:
@@ -210,23 +211,27 @@ def evaluate(
                 }
         eager_key = ",".join(_uniform(cell, "eager"))
         runs_of[cell.name] = [seen[eager_key]] + [r for k, r in seen.items() if k != eager_key]
+    # each cell in a fresh process of its own, K times: a cell's steps never run in an
+    # allocator and caches that another cell's steps shaped (measured in one process after
+    # the activation cells, queue's regions / whole read 0.935-1.010 over four studies;
+    # alone, 0.896-0.968 over nine: docs/evaluate.md)
     rows: list[dict[str, Any]] = []
     for p in range(processes):
         tp = time.perf_counter()
-        doc = _spawn(
-            {
-                "mode": "measure",
-                "backend": backend,
-                "process": p,
-                "warmups": warmups,
-                "steps": steps,
-                "cells": [{"cell": asdict(c), "runs": runs_of[c.name]} for c in chosen],
-            }
-        )
-        for cell_name, by_key in doc["cells"].items():
-            for key, row in by_key.items():
-                rows.append({"process": p, "cell": cell_name, "key": key, **row})
-        say(f"process {p + 1}/{processes}: {time.perf_counter() - tp:.1f} s")
+        for c in chosen:
+            doc = _spawn(
+                {
+                    "mode": "measure",
+                    "backend": backend,
+                    "process": p,
+                    "warmups": warmups,
+                    "steps": steps,
+                    "cells": [{"cell": asdict(c), "runs": runs_of[c.name]}],
+                }
+            )
+            for key, row in doc["cells"][c.name].items():
+                rows.append({"process": p, "cell": c.name, "key": key, **row})
+        say(f"round {p + 1}/{processes} (a process per cell): {time.perf_counter() - tp:.1f} s")
 
     result = {
         "format": "replayverify.evaluate",
@@ -244,6 +249,7 @@ def evaluate(
         "plans": plans,
         "rows": rows,
         "load_average": {"start": load_start, "end": _loadavg()},
+        "process_per_cell": True,
         "allocator_env": ALLOCATOR_ENV,
     }
     result["summary"] = summarise(result)

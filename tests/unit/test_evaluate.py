@@ -271,8 +271,18 @@ def test_paper_cells_scale() -> None:
     assert small.granularity == 16 and small.activation_elements == 4096 * 128
 
 
-def test_evaluate_command_runs_a_small_study(tmp_path) -> None:
+def test_evaluate_command_runs_a_small_study(tmp_path, monkeypatch) -> None:
     from replayverify.cli import main
+    from replayverify.evaluate import run
+
+    requests: list = []
+    spawn = run._spawn
+
+    def recording(request):
+        requests.append((request["mode"], [c["cell"]["name"] for c in request["cells"]]))
+        return spawn(request)
+
+    monkeypatch.setattr(run, "_spawn", recording)
 
     out = tmp_path / "eval"
     args = [
@@ -294,6 +304,11 @@ def test_evaluate_command_runs_a_small_study(tmp_path) -> None:
     ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
+    # every cell in fresh processes of its own: its calibration, then one per repeat
+    assert sorted(requests) == sorted(
+        [(mode, [cell]) for cell in ("large-sparse", "queue")
+         for mode in ("calibrate", "measure", "measure")]
+    )
 
     def strict(token: str):
         raise AssertionError(f"evaluate.json holds the non-JSON token {token}")
@@ -311,6 +326,7 @@ def test_evaluate_command_runs_a_small_study(tmp_path) -> None:
     assert "shape of Table 4" in md and "shape of Table 8" in md
     assert "Predicted (card) against measured" in md
     assert doc["device"]["cores"] == os.cpu_count()  # what the times were taken on
+    assert doc["process_per_cell"] and "processes per cell" in md.splitlines()[2]
     assert f"{doc['device']['cores']} cores" in md.splitlines()[2]
     png = out / "resource-map.png"
     assert png.exists() == (not doc["plot"].startswith("resource map: PNG skipped"))

@@ -143,7 +143,7 @@ class _StateRun(_Run):
         self.how = HOW[method]
         self.hidden: dict[str, _Ref] = {}
         # a jit method's jitted program (``with_numbers``): made here, or by ``jit``
-        self.jit = jit or (lambda run: run.jax.jit(run.with_numbers))
+        self.jit = jit or jit_afresh
 
     def read(self, bufs: dict, name: str) -> Any:
         buf = bufs[self.p.view(name).buffer]
@@ -257,6 +257,11 @@ class _StateRun(_Run):
                            _key_bytes(jax, key))
 
 
+def jit_afresh(run: _StateRun) -> Any:
+    """``run``'s program jitted for it alone (numbers as arguments, ``with_numbers``)."""
+    return run.jax.jit(run.with_numbers)
+
+
 def shape_key(case: Case, starts: bool) -> tuple:
     """Everything of ``case`` a jit method's trace reads but ``numbers()``: the dtype, the
     buffers, the views (a 1-D view's start only with ``starts``, where the method slices
@@ -298,14 +303,14 @@ class JitMemo:
 
     def __call__(self, run: _StateRun) -> Any:
         if run.hidden:
-            return run.jax.jit(run.with_numbers)
+            return jit_afresh(run)
         key = (run.method, shape_key(run.case, starts=run.how.refs))
         if key in self.jitted:
             self.jitted.move_to_end(key)
             return self.jitted[key]
         if len(self.jitted) >= self.size:
             self.jitted.popitem(last=False)
-        jitted = self.jitted[key] = run.jax.jit(run.with_numbers)
+        jitted = self.jitted[key] = jit_afresh(run)
         return jitted
 
 

@@ -500,11 +500,13 @@ def fit_card(
     after = todo - set(measured)
     if after:
         time_round(after)
-    report["picks_timed_after_fit"] = sorted(",".join(p) for p in after)
     late = {",".join(p) for p in after}
-    report["picks_off_after_fit"] = [
-        o for o in (picks_off(cell, fitted, measured, spread) if after else []) if o["pick"] in late
-    ]
+    report["picks_timed_after_fit"] = sorted(late)
+    report["picks_off_after_fit"] = (
+        [o for o in picks_off(cell, fitted, measured, spread) if o["pick"] in late]
+        if late
+        else []
+    )
     report["measured"] = [
         {
             "policy": ",".join(p),

@@ -159,10 +159,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "peak ratio [95%] | fit: A; B |",
         "|---|---|---|---|---|---|---|",
     ]
-    summary = _summary(doc)
-
     def fit(c: dict[str, Any], method: str) -> str:
-        s = summary.get((c["cell"], c["budget"], method)) or {}
+        s = S.get((c["cell"], c["budget"], method)) or {}
         return f"{s.get('fits', 0)}/{s.get('processes', 0)}" if s.get("processes") else "—"
 
     for c in comps:
